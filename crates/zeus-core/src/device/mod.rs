@@ -1,0 +1,343 @@
+//! The GPU device layer.
+//!
+//! Every backend implements [`Gpu`], one object per physical device. [`Gpus`] is what the rest of
+//! the crate (and Python, through `zeus.device.get_gpus()`) talks to: the devices visible to this
+//! process in framework order (after `CUDA_VISIBLE_DEVICES`), addressed by index, plus the clock
+//! that timestamps readings from them.
+//!
+//! Backends:
+//! - [`nvml`]: the NVIDIA Management Library, loaded at run time through `nvml-wrapper`.
+//! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
+
+pub mod error;
+pub mod nvml;
+pub mod sim;
+pub mod visible;
+
+use std::sync::Arc;
+
+pub use error::{GpuError, GpuResult};
+
+/// GPU micro-architecture, as NVML reports it (`nvmlDeviceArchitecture_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Architecture {
+    Kepler,
+    Maxwell,
+    Pascal,
+    Volta,
+    Turing,
+    Ampere,
+    Ada,
+    Hopper,
+    Blackwell,
+    Unknown,
+}
+
+impl Architecture {
+    /// The NVML constant (`NVML_DEVICE_ARCH_*`).
+    pub fn nvml_value(self) -> u32 {
+        match self {
+            Architecture::Kepler => 2,
+            Architecture::Maxwell => 3,
+            Architecture::Pascal => 4,
+            Architecture::Volta => 5,
+            Architecture::Turing => 6,
+            Architecture::Ampere => 7,
+            Architecture::Ada => 8,
+            Architecture::Hopper => 9,
+            Architecture::Blackwell => 10,
+            Architecture::Unknown => 0xffff_ffff,
+        }
+    }
+
+    /// Lower-case name, e.g. `"volta"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Architecture::Kepler => "kepler",
+            Architecture::Maxwell => "maxwell",
+            Architecture::Pascal => "pascal",
+            Architecture::Volta => "volta",
+            Architecture::Turing => "turing",
+            Architecture::Ampere => "ampere",
+            Architecture::Ada => "ada",
+            Architecture::Hopper => "hopper",
+            Architecture::Blackwell => "blackwell",
+            Architecture::Unknown => "unknown",
+        }
+    }
+}
+
+/// One GPU. Units: power in milliwatts, energy in millijoules, clocks in MHz.
+///
+/// Methods take `&self`: backends keep whatever mutable state they need behind their own
+/// synchronisation, so a `Gpu` can be shared between the training thread and a sampler thread.
+pub trait Gpu: Send + Sync {
+    fn name(&self) -> GpuResult<String>;
+    fn uuid(&self) -> GpuResult<String>;
+    fn architecture(&self) -> GpuResult<Architecture>;
+    /// `(min, max)` settable power limit, mW.
+    fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)>;
+    fn power_management_limit_default(&self) -> GpuResult<u32>;
+    fn power_management_limit(&self) -> GpuResult<u32>;
+    fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()>;
+    fn reset_power_management_limit(&self) -> GpuResult<()> {
+        let default = self.power_management_limit_default()?;
+        self.set_power_management_limit(default)
+    }
+    fn persistence_mode(&self) -> GpuResult<bool>;
+    fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()>;
+    fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>>;
+    fn supported_graphics_clocks(&self, memory_clock_mhz: u32) -> GpuResult<Vec<u32>>;
+    fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()>;
+    fn reset_gpu_locked_clocks(&self) -> GpuResult<()>;
+    fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()>;
+    fn reset_memory_locked_clocks(&self) -> GpuResult<()>;
+    /// Power averaged by the driver over its update period, mW.
+    fn average_power_usage(&self) -> GpuResult<u32>;
+    /// Instantaneous power, mW, where the device has it (`NotSupported` otherwise).
+    fn instant_power_usage(&self) -> GpuResult<u32>;
+    /// Whether [`Gpu::total_energy_consumption`] works (Volta and newer).
+    fn supports_total_energy_consumption(&self) -> GpuResult<bool>;
+    /// Energy since the driver was loaded, mJ. Monotonic.
+    fn total_energy_consumption(&self) -> GpuResult<u64>;
+    /// How often the driver refreshes its power reading, in seconds, if the backend knows it.
+    /// NVML does not say; the simulated GPU does. `None` means "detect it by sampling".
+    fn power_update_period(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// Where readings come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Nvml,
+    Sim,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Nvml => "nvml",
+            BackendKind::Sim => "sim",
+        }
+    }
+}
+
+/// A timestamp source, seconds since the Unix epoch. The simulated GPU may run on a virtual
+/// clock; measurement code must take time from here and not from the system clock.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> f64;
+    /// Whether time moves only when someone advances it.
+    fn is_virtual(&self) -> bool {
+        false
+    }
+}
+
+/// The system wall clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    }
+}
+
+/// The GPUs visible to this process, in framework index order.
+#[derive(Clone)]
+pub struct Gpus {
+    backend: BackendKind,
+    devices: Vec<Arc<dyn Gpu>>,
+    /// Backend index of each visible device (`CUDA_VISIBLE_DEVICES` applied).
+    physical_indices: Vec<usize>,
+    /// Cached `(min, max)` power limit per device, for argument checks with a useful message.
+    constraints: Vec<Option<(u32, u32)>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Gpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpus")
+            .field("backend", &self.backend)
+            .field("physical_indices", &self.physical_indices)
+            .finish()
+    }
+}
+
+/// Which backend `ZEUS_GPU_BACKEND` asks for.
+pub fn requested_backend() -> GpuResult<BackendKind> {
+    match std::env::var("ZEUS_GPU_BACKEND") {
+        Err(_) => Ok(BackendKind::Nvml),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" | "nvml" => Ok(BackendKind::Nvml),
+            "sim" => Ok(BackendKind::Sim),
+            _ => Err(GpuError::Init(format!(
+                "ZEUS_GPU_BACKEND={v:?} is not a backend: use 'auto' (NVML), 'nvml' or 'sim'"
+            ))),
+        },
+    }
+}
+
+impl Gpus {
+    /// Open the backend chosen by `ZEUS_GPU_BACKEND` (NVML unless it says `sim`; never a silent
+    /// fallback to the simulator) and apply `CUDA_VISIBLE_DEVICES`.
+    pub fn from_env() -> GpuResult<Gpus> {
+        match requested_backend()? {
+            BackendKind::Nvml => {
+                let all = nvml::open_all()?;
+                Gpus::new(BackendKind::Nvml, all, Arc::new(SystemClock))
+            }
+            BackendKind::Sim => {
+                let cluster = sim::global_cluster()?;
+                let clock: Arc<dyn Clock> = cluster.clock();
+                let all: Vec<Arc<dyn Gpu>> = cluster
+                    .devices()
+                    .iter()
+                    .map(|d| d.clone() as Arc<dyn Gpu>)
+                    .collect();
+                Gpus::new(BackendKind::Sim, all, clock)
+            }
+        }
+    }
+
+    /// Build from backend devices, applying `CUDA_VISIBLE_DEVICES`.
+    pub fn new(
+        backend: BackendKind,
+        all: Vec<Arc<dyn Gpu>>,
+        clock: Arc<dyn Clock>,
+    ) -> GpuResult<Gpus> {
+        let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let uuids = all
+            .iter()
+            .map(|d| d.uuid())
+            .collect::<GpuResult<Vec<String>>>()?;
+        let physical_indices = visible::resolve(env.as_deref(), &uuids)?;
+        Ok(Gpus::with_indices(backend, all, physical_indices, clock))
+    }
+
+    /// Build from backend devices and an explicit visible-index list.
+    pub fn with_indices(
+        backend: BackendKind,
+        all: Vec<Arc<dyn Gpu>>,
+        physical_indices: Vec<usize>,
+        clock: Arc<dyn Clock>,
+    ) -> Gpus {
+        let devices: Vec<Arc<dyn Gpu>> = physical_indices.iter().map(|&i| all[i].clone()).collect();
+        let constraints = devices
+            .iter()
+            .map(|d| d.power_management_limit_constraints().ok())
+            .collect();
+        Gpus {
+            backend,
+            devices,
+            physical_indices,
+            constraints,
+            clock,
+        }
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Seconds since the epoch on this backend's clock.
+    pub fn now(&self) -> f64 {
+        self.clock.now()
+    }
+
+    /// Backend (NVML) index of visible GPU `index`.
+    pub fn physical_index(&self, index: usize) -> GpuResult<usize> {
+        self.check_index(index)?;
+        Ok(self.physical_indices[index])
+    }
+
+    pub fn physical_indices(&self) -> &[usize] {
+        &self.physical_indices
+    }
+
+    /// The device at visible index `index`.
+    pub fn device(&self, index: usize) -> GpuResult<&Arc<dyn Gpu>> {
+        self.check_index(index)?;
+        Ok(&self.devices[index])
+    }
+
+    fn check_index(&self, index: usize) -> GpuResult<()> {
+        if index < self.devices.len() {
+            Ok(())
+        } else {
+            Err(GpuError::InvalidArg(format!(
+                "GPU index {index} is out of range: {} GPU(s) are visible",
+                self.devices.len()
+            )))
+        }
+    }
+
+    /// Raise if the visible GPUs are not all the same model.
+    pub fn ensure_homogeneous(&self) -> GpuResult<()> {
+        let names = self
+            .devices
+            .iter()
+            .map(|d| d.name())
+            .collect::<GpuResult<Vec<_>>>()?;
+        if names.windows(2).any(|w| w[0] != w[1]) {
+            return Err(GpuError::Init(format!("Heterogeneous GPUs found: {names:?}")));
+        }
+        Ok(())
+    }
+
+    /// Set the power limit after checking it against the device's range, so that a bad value
+    /// gets a message naming it and the range (NVML itself only says "Invalid Argument").
+    pub fn set_power_management_limit(&self, index: usize, milliwatts: u32) -> GpuResult<()> {
+        let dev = self.device(index)?;
+        if let Some((min, max)) = self.constraints[index] {
+            if milliwatts < min || milliwatts > max {
+                return Err(GpuError::InvalidArg(format!(
+                    "power limit {milliwatts} mW is outside GPU {index}'s range [{min}, {max}] mW"
+                )));
+            }
+        }
+        dev.set_power_management_limit(milliwatts)
+    }
+
+    /// Lock GPU clocks after checking the pair is ordered.
+    pub fn set_gpu_locked_clocks(&self, index: usize, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        let dev = self.device(index)?;
+        if min_mhz > max_mhz {
+            return Err(GpuError::InvalidArg(format!(
+                "locked GPU clock range is empty: min {min_mhz} MHz > max {max_mhz} MHz"
+            )));
+        }
+        dev.set_gpu_locked_clocks(min_mhz, max_mhz)
+    }
+
+    /// Lock memory clocks after checking the pair is ordered.
+    pub fn set_memory_locked_clocks(
+        &self,
+        index: usize,
+        min_mhz: u32,
+        max_mhz: u32,
+    ) -> GpuResult<()> {
+        let dev = self.device(index)?;
+        if min_mhz > max_mhz {
+            return Err(GpuError::InvalidArg(format!(
+                "locked memory clock range is empty: min {min_mhz} MHz > max {max_mhz} MHz"
+            )));
+        }
+        dev.set_memory_locked_clocks(min_mhz, max_mhz)
+    }
+}

@@ -1,0 +1,705 @@
+//! The simulated GPU: a model of a board (see [`preset`]) running a workload (see [`workload`]),
+//! on the system clock or a virtual one (see [`clock`]).
+//!
+//! It has two faces. In-process, [`SimGpu`] implements [`Gpu`] and is chosen only when the user
+//! sets `ZEUS_GPU_BACKEND=sim`. Out-of-process, the `zeus-sim-nvml` crate wraps the same model in
+//! the NVML C ABI as a drop-in `libnvidia-ml.so.1`.
+//!
+//! Configuration (read once per process, by [`SimConfig::from_env`]):
+//! - `ZEUS_SIM_GPUS`: comma-separated preset keys (default `A40`).
+//! - `ZEUS_SIM_CLOCK`: `real` (default) or `virtual`.
+//! - `ZEUS_SIM_PRIVILEGED`: `1` (default) or `0`; unprivileged setters fail with NoPermission.
+//! - `ZEUS_SIM_WORKLOAD`: a CSV curve (`power_limit,time_per_epoch,average_power`) for every GPU.
+//! - `ZEUS_SIM_LOAD`: `idle` (default) or `busy`, the load every GPU starts with.
+//!
+//! Energy is the exact integral of the modelled power over time; the state is integrated lazily
+//! whenever it is read or changed, so a read costs a lock and a few flops.
+
+pub mod clock;
+pub mod preset;
+pub mod workload;
+
+use std::sync::{Arc, Mutex};
+
+pub use clock::SimClock;
+pub use preset::{Preset, PRESETS};
+pub use workload::{CurvePoint, WorkloadCurve};
+
+use super::{Architecture, Clock, Gpu, GpuError, GpuResult};
+
+/// What a simulated GPU is doing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    Idle,
+    Busy,
+    /// Busy until this timestamp, then idle.
+    BusyUntil(f64),
+}
+
+#[derive(Debug)]
+struct State {
+    power_limit_mw: u32,
+    persistence: bool,
+    gpu_locked: Option<(u32, u32)>,
+    mem_locked: Option<(u32, u32)>,
+    load: Load,
+    curve: Arc<WorkloadCurve>,
+    /// Energy integrated up to `t_last`, joules.
+    energy_j: f64,
+    t_last: f64,
+}
+
+/// One simulated GPU.
+#[derive(Debug)]
+pub struct SimGpu {
+    index: usize,
+    preset: &'static Preset,
+    uuid: String,
+    privileged: bool,
+    clock: Arc<SimClock>,
+    state: Mutex<State>,
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Relative amplitude of the reading noise on the averaged power.
+const POWER_NOISE: f64 = 0.01;
+
+impl State {
+    fn power_w(&self, preset: &Preset, busy: bool) -> f64 {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        if !busy {
+            return idle;
+        }
+        let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
+            max as f64 / preset.max_graphics_clock_mhz as f64
+        });
+        let mem_max = preset.memory_clocks_mhz[0] as f64;
+        let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| max as f64 / mem_max);
+        self.curve
+            .steady_state(
+                self.power_limit_mw as f64 / 1000.0,
+                idle,
+                gpu_cap,
+                mem_cap,
+            )
+            .1
+    }
+
+    fn seconds_per_unit(&self, preset: &Preset) -> f64 {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
+            max as f64 / preset.max_graphics_clock_mhz as f64
+        });
+        let mem_cap = self
+            .mem_locked
+            .map_or(1.0, |(_, max)| max as f64 / preset.memory_clocks_mhz[0] as f64);
+        self.curve
+            .steady_state(
+                self.power_limit_mw as f64 / 1000.0,
+                idle,
+                gpu_cap,
+                mem_cap,
+            )
+            .0
+    }
+
+    /// Energy at time `t >= t_last` without changing the state.
+    fn energy_at(&self, preset: &Preset, t: f64) -> f64 {
+        let dt = (t - self.t_last).max(0.0);
+        match self.load {
+            Load::Idle => self.energy_j + self.power_w(preset, false) * dt,
+            Load::Busy => self.energy_j + self.power_w(preset, true) * dt,
+            Load::BusyUntil(until) => {
+                let busy_dt = (until - self.t_last).clamp(0.0, dt);
+                self.energy_j
+                    + self.power_w(preset, true) * busy_dt
+                    + self.power_w(preset, false) * (dt - busy_dt)
+            }
+        }
+    }
+
+    fn is_busy_at(&self, t: f64) -> bool {
+        match self.load {
+            Load::Idle => false,
+            Load::Busy => true,
+            Load::BusyUntil(until) => t < until,
+        }
+    }
+
+    /// Integrate up to `t`; call before any change that alters power.
+    fn settle(&mut self, preset: &Preset, t: f64) {
+        if t <= self.t_last {
+            return;
+        }
+        self.energy_j = self.energy_at(preset, t);
+        self.t_last = t;
+        if let Load::BusyUntil(until) = self.load {
+            if t >= until {
+                self.load = Load::Idle;
+            }
+        }
+    }
+}
+
+impl SimGpu {
+    pub fn new(
+        index: usize,
+        preset: &'static Preset,
+        clock: Arc<SimClock>,
+        privileged: bool,
+        curve: Option<WorkloadCurve>,
+        load: Load,
+    ) -> SimGpu {
+        let curve = curve
+            .unwrap_or_else(|| WorkloadCurve::default_for(preset.max_power_limit_mw as f64 / 1000.0));
+        let t = clock.now();
+        let h = splitmix64(index as u64 ^ 0x5a5a);
+        SimGpu {
+            index,
+            preset,
+            uuid: format!(
+                "GPU-5e1a7ed0-{:04x}-{:04x}-{:04x}-{:012x}",
+                index,
+                (h >> 48) & 0xffff,
+                (h >> 32) & 0xffff,
+                h & 0xffff_ffff_ffff
+            ),
+            privileged,
+            clock,
+            state: Mutex::new(State {
+                power_limit_mw: preset.default_power_limit_mw,
+                persistence: false,
+                gpu_locked: None,
+                mem_locked: None,
+                load,
+                curve: Arc::new(curve),
+                energy_j: 0.0,
+                t_last: t,
+            }),
+        }
+    }
+
+    pub fn preset(&self) -> &'static Preset {
+        self.preset
+    }
+
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters (every update is a handful of plain assignments), so keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_privileged(&self, what: &str) -> GpuResult<()> {
+        if self.privileged {
+            Ok(())
+        } else {
+            Err(GpuError::NoPermission(format!(
+                "{what}: Insufficient Permissions (simulated GPU {} runs unprivileged: ZEUS_SIM_PRIVILEGED=0)",
+                self.index
+            )))
+        }
+    }
+
+    /// Change state at the current time: integrate first, then apply `f`.
+    fn mutate<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let now = self.clock.now();
+        let mut s = self.state();
+        s.settle(self.preset, now);
+        f(&mut s)
+    }
+
+    /// Set the load (idle, busy, or busy until a time).
+    pub fn set_load(&self, load: Load) {
+        self.mutate(|s| s.load = load);
+    }
+
+    pub fn load(&self) -> Load {
+        let now = self.clock.now();
+        let s = self.state();
+        if s.is_busy_at(now) {
+            s.load
+        } else {
+            Load::Idle
+        }
+    }
+
+    /// Replace the workload curve.
+    pub fn set_curve(&self, curve: WorkloadCurve) {
+        self.mutate(|s| s.curve = Arc::new(curve));
+    }
+
+    pub fn curve(&self) -> Arc<WorkloadCurve> {
+        self.state().curve.clone()
+    }
+
+    /// Steady state at the current settings when busy: `(seconds per unit of work, watts)`.
+    pub fn busy_steady_state(&self) -> (f64, f64) {
+        let s = self.state();
+        (s.seconds_per_unit(self.preset), s.power_w(self.preset, true))
+    }
+
+    /// Start `work` units of work now; returns how long they take at the current settings.
+    pub fn start_work(&self, work: f64) -> f64 {
+        let now = self.clock.now();
+        let mut s = self.state();
+        s.settle(self.preset, now);
+        let duration = work.max(0.0) * s.seconds_per_unit(self.preset);
+        s.load = Load::BusyUntil(now + duration);
+        duration
+    }
+
+    /// The exact energy integral so far, joules (the model's ground truth, unrounded).
+    pub fn true_energy_j(&self) -> f64 {
+        let now = self.clock.now();
+        self.state().energy_at(self.preset, now)
+    }
+
+    /// The modelled power right now, watts, without reading noise.
+    pub fn true_power_w(&self) -> f64 {
+        let now = self.clock.now();
+        let s = self.state();
+        s.power_w(self.preset, s.is_busy_at(now))
+    }
+}
+
+impl Gpu for SimGpu {
+    fn name(&self) -> GpuResult<String> {
+        Ok(format!("{} (Simulated)", self.preset.name))
+    }
+    fn uuid(&self) -> GpuResult<String> {
+        Ok(self.uuid.clone())
+    }
+    fn architecture(&self) -> GpuResult<Architecture> {
+        Ok(self.preset.architecture)
+    }
+    fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
+        Ok((self.preset.min_power_limit_mw, self.preset.max_power_limit_mw))
+    }
+    fn power_management_limit_default(&self) -> GpuResult<u32> {
+        Ok(self.preset.default_power_limit_mw)
+    }
+    fn power_management_limit(&self) -> GpuResult<u32> {
+        Ok(self.state().power_limit_mw)
+    }
+    fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
+        self.check_privileged("nvmlDeviceSetPowerManagementLimit")?;
+        let (min, max) = (self.preset.min_power_limit_mw, self.preset.max_power_limit_mw);
+        if milliwatts < min || milliwatts > max {
+            return Err(GpuError::InvalidArg(format!(
+                "power limit {milliwatts} mW is outside [{min}, {max}] mW"
+            )));
+        }
+        self.mutate(|s| s.power_limit_mw = milliwatts);
+        Ok(())
+    }
+    fn persistence_mode(&self) -> GpuResult<bool> {
+        Ok(self.state().persistence)
+    }
+    fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
+        self.check_privileged("nvmlDeviceSetPersistenceMode")?;
+        self.mutate(|s| s.persistence = enabled);
+        Ok(())
+    }
+    fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>> {
+        Ok(self.preset.memory_clocks_mhz.to_vec())
+    }
+    fn supported_graphics_clocks(&self, memory_clock_mhz: u32) -> GpuResult<Vec<u32>> {
+        if !self.preset.memory_clocks_mhz.contains(&memory_clock_mhz) {
+            return Err(GpuError::InvalidArg(format!(
+                "memory clock {memory_clock_mhz} MHz is not supported (supported: {:?})",
+                self.preset.memory_clocks_mhz
+            )));
+        }
+        Ok(self.preset.graphics_clocks_mhz())
+    }
+    fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        if self.preset.architecture < Architecture::Volta {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceSetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
+            ));
+        }
+        self.check_privileged("nvmlDeviceSetGpuLockedClocks")?;
+        if min_mhz > max_mhz {
+            return Err(GpuError::InvalidArg(format!(
+                "locked clock range is empty: {min_mhz} > {max_mhz} MHz"
+            )));
+        }
+        let (lo, hi) = (
+            self.preset.min_graphics_clock_mhz,
+            self.preset.max_graphics_clock_mhz,
+        );
+        self.mutate(|s| s.gpu_locked = Some((min_mhz.clamp(lo, hi), max_mhz.clamp(lo, hi))));
+        Ok(())
+    }
+    fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
+        if self.preset.architecture < Architecture::Volta {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceResetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
+            ));
+        }
+        self.check_privileged("nvmlDeviceResetGpuLockedClocks")?;
+        self.mutate(|s| s.gpu_locked = None);
+        Ok(())
+    }
+    fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        if self.preset.architecture < Architecture::Ampere {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceSetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
+            ));
+        }
+        self.check_privileged("nvmlDeviceSetMemoryLockedClocks")?;
+        if min_mhz > max_mhz {
+            return Err(GpuError::InvalidArg(format!(
+                "locked memory clock range is empty: {min_mhz} > {max_mhz} MHz"
+            )));
+        }
+        let clocks = self.preset.memory_clocks_mhz;
+        let (lo, hi) = (*clocks.last().unwrap(), clocks[0]);
+        self.mutate(|s| s.mem_locked = Some((min_mhz.clamp(lo, hi), max_mhz.clamp(lo, hi))));
+        Ok(())
+    }
+    fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
+        if self.preset.architecture < Architecture::Ampere {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceResetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
+            ));
+        }
+        self.check_privileged("nvmlDeviceResetMemoryLockedClocks")?;
+        self.mutate(|s| s.mem_locked = None);
+        Ok(())
+    }
+    fn average_power_usage(&self) -> GpuResult<u32> {
+        // Piecewise constant over the driver's update period, with a little deterministic noise
+        // per period, as real boards behave (and as update-period detection relies on).
+        let now = self.clock.now();
+        let period = self.preset.power_update_period_s;
+        let slot = (now / period).floor() as u64;
+        let u = (splitmix64(slot ^ ((self.index as u64) << 56)) >> 11) as f64 / (1u64 << 53) as f64;
+        let p = self.true_power_w() * (1.0 + POWER_NOISE * (2.0 * u - 1.0));
+        Ok((p * 1000.0).round() as u32)
+    }
+    fn instant_power_usage(&self) -> GpuResult<u32> {
+        if !self.preset.instant_power {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT): Not Supported".into(),
+            ));
+        }
+        Ok((self.true_power_w() * 1000.0).round() as u32)
+    }
+    fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
+        Ok(self.preset.energy_counter)
+    }
+    fn total_energy_consumption(&self) -> GpuResult<u64> {
+        if !self.preset.energy_counter {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceGetTotalEnergyConsumption: Not Supported (pre-Volta GPU)".into(),
+            ));
+        }
+        Ok((self.true_energy_j() * 1000.0) as u64)
+    }
+    fn power_update_period(&self) -> Option<f64> {
+        Some(self.preset.power_update_period_s)
+    }
+}
+
+/// How to build a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub presets: Vec<&'static Preset>,
+    pub virtual_clock: bool,
+    pub privileged: bool,
+    pub curve: Option<WorkloadCurve>,
+    pub load: Load,
+}
+
+fn env_flag(name: &str, default: bool, yes: &[&str], no: &[&str]) -> GpuResult<bool> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => {
+            let l = v.trim().to_ascii_lowercase();
+            if l.is_empty() {
+                Ok(default)
+            } else if yes.contains(&l.as_str()) {
+                Ok(true)
+            } else if no.contains(&l.as_str()) {
+                Ok(false)
+            } else {
+                Err(GpuError::Init(format!(
+                    "{name}={v:?} is not valid: use one of {yes:?} or {no:?}"
+                )))
+            }
+        }
+    }
+}
+
+impl SimConfig {
+    /// Read the `ZEUS_SIM_*` variables; bad values give an error naming them.
+    pub fn from_env() -> GpuResult<SimConfig> {
+        let spec = std::env::var("ZEUS_SIM_GPUS").unwrap_or_default();
+        let spec = if spec.trim().is_empty() { "A40".to_string() } else { spec };
+        let presets = spec
+            .split(',')
+            .map(|k| {
+                preset::find(k).ok_or_else(|| {
+                    GpuError::Init(format!(
+                        "ZEUS_SIM_GPUS={spec:?}: unknown GPU model {:?}; known models: {}",
+                        k.trim(),
+                        preset::keys().join(", ")
+                    ))
+                })
+            })
+            .collect::<GpuResult<Vec<_>>>()?;
+        let virtual_clock = env_flag("ZEUS_SIM_CLOCK", false, &["virtual"], &["real"])?;
+        let privileged = env_flag("ZEUS_SIM_PRIVILEGED", true, &["1", "true", "yes"], &["0", "false", "no"])?;
+        let busy = env_flag("ZEUS_SIM_LOAD", false, &["busy"], &["idle"])?;
+        let curve = match std::env::var("ZEUS_SIM_WORKLOAD") {
+            Ok(p) if !p.trim().is_empty() => Some(
+                WorkloadCurve::from_csv(std::path::Path::new(p.trim()))
+                    .map_err(|e| GpuError::Init(format!("ZEUS_SIM_WORKLOAD: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(SimConfig {
+            presets,
+            virtual_clock,
+            privileged,
+            curve,
+            load: if busy { Load::Busy } else { Load::Idle },
+        })
+    }
+}
+
+/// A set of simulated GPUs sharing one clock.
+#[derive(Debug)]
+pub struct SimCluster {
+    clock: Arc<SimClock>,
+    devices: Vec<Arc<SimGpu>>,
+}
+
+impl SimCluster {
+    pub fn new(config: SimConfig) -> SimCluster {
+        let clock = Arc::new(if config.virtual_clock {
+            SimClock::virtual_clock()
+        } else {
+            SimClock::real()
+        });
+        let devices = config
+            .presets
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Arc::new(SimGpu::new(
+                    i,
+                    p,
+                    clock.clone(),
+                    config.privileged,
+                    config.curve.clone(),
+                    config.load,
+                ))
+            })
+            .collect();
+        SimCluster { clock, devices }
+    }
+
+    pub fn clock(&self) -> Arc<SimClock> {
+        self.clock.clone()
+    }
+
+    pub fn devices(&self) -> &[Arc<SimGpu>] {
+        &self.devices
+    }
+
+    pub fn device(&self, index: usize) -> GpuResult<&Arc<SimGpu>> {
+        self.devices.get(index).ok_or_else(|| {
+            GpuError::InvalidArg(format!(
+                "simulated GPU index {index} is out of range: {} simulated GPU(s) exist",
+                self.devices.len()
+            ))
+        })
+    }
+
+    /// Run `work` units on the given GPUs at once (a synchronous training step): each is busy for
+    /// as long as its settings need, then idle. On the virtual clock the clock is advanced past
+    /// the slowest GPU; on the real clock the caller waits the returned duration.
+    pub fn run(&self, indices: &[usize], work: f64) -> GpuResult<f64> {
+        let mut longest: f64 = 0.0;
+        for &i in indices {
+            longest = longest.max(self.device(i)?.start_work(work));
+        }
+        self.clock.advance(longest);
+        Ok(longest)
+    }
+}
+
+static GLOBAL: Mutex<Option<Arc<SimCluster>>> = Mutex::new(None);
+
+/// The process's simulated cluster, built from the environment on first use.
+pub fn global_cluster() -> GpuResult<Arc<SimCluster>> {
+    let mut g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = g.as_ref() {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(SimCluster::new(SimConfig::from_env()?));
+    *g = Some(c.clone());
+    Ok(c)
+}
+
+/// Drop the process's cluster so the next use rebuilds it from the environment (for tests).
+pub fn reset_global_cluster() {
+    *GLOBAL.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cluster(keys: &[&str]) -> SimCluster {
+        SimCluster::new(SimConfig {
+            presets: keys.iter().map(|k| preset::find(k).unwrap()).collect(),
+            virtual_clock: true,
+            privileged: true,
+            curve: None,
+            load: Load::Idle,
+        })
+    }
+
+    #[test]
+    fn names_say_simulated_and_uuids_differ() {
+        let c = cluster(&["A40", "A40"]);
+        assert!(c.devices[0].name().unwrap().contains("Simulated"));
+        assert_ne!(c.devices[0].uuid().unwrap(), c.devices[1].uuid().unwrap());
+        assert!(c.devices[0].uuid().unwrap().starts_with("GPU-"));
+    }
+
+    #[test]
+    fn energy_grows_faster_under_load_and_at_higher_limit() {
+        let c = cluster(&["A40", "A40"]);
+        let (a, b) = (&c.devices[0], &c.devices[1]);
+        b.set_power_management_limit(150_000).unwrap();
+        let e0 = (a.total_energy_consumption().unwrap(), b.total_energy_consumption().unwrap());
+        c.clock.advance(10.0);
+        let idle = a.total_energy_consumption().unwrap() - e0.0;
+        assert_eq!(idle, 300_000); // 30 W idle for 10 s
+        a.set_load(Load::Busy);
+        b.set_load(Load::Busy);
+        let e1 = (a.total_energy_consumption().unwrap(), b.total_energy_consumption().unwrap());
+        c.clock.advance(10.0);
+        let da = a.total_energy_consumption().unwrap() - e1.0;
+        let db = b.total_energy_consumption().unwrap() - e1.1;
+        assert!(da > idle && db > idle && da > db, "{da} {db}");
+    }
+
+    #[test]
+    fn run_is_busy_then_idle_and_slower_at_low_limit() {
+        let c = cluster(&["V100"]);
+        let g = &c.devices[0];
+        let t_fast = c.run(&[0], 2.0).unwrap();
+        assert!((t_fast - 2.0).abs() < 1e-9);
+        g.set_power_management_limit(100_000).unwrap();
+        let t_slow = c.run(&[0], 2.0).unwrap();
+        assert!(t_slow > t_fast);
+        assert_eq!(g.load(), Load::Idle);
+        let e = g.true_energy_j();
+        c.clock.advance(1.0);
+        assert!((g.true_energy_j() - e - 25.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn p100_has_no_energy_counter() {
+        let c = cluster(&["P100"]);
+        assert!(matches!(
+            c.devices[0].total_energy_consumption(),
+            Err(GpuError::NotSupported(_))
+        ));
+        assert!(!c.devices[0].supports_total_energy_consumption().unwrap());
+        assert!(c.devices[0].set_gpu_locked_clocks(600, 900).is_err());
+    }
+
+    #[test]
+    fn unprivileged_setters_are_refused() {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("A100").unwrap()],
+            virtual_clock: true,
+            privileged: false,
+            curve: None,
+            load: Load::Idle,
+        });
+        let e = c.devices[0].set_power_management_limit(200_000).unwrap_err();
+        assert!(matches!(e, GpuError::NoPermission(_)));
+        assert_eq!(c.devices[0].power_management_limit().unwrap(), 400_000);
+    }
+
+    #[test]
+    fn average_power_is_constant_within_an_update_period_and_noisy_across() {
+        let c = cluster(&["A40"]);
+        let g = &c.devices[0];
+        g.set_load(Load::Busy);
+        // Align to the start of a period.
+        let now = c.clock.now();
+        c.clock.advance((now / 0.1).ceil() * 0.1 - now + 0.001);
+        let a = g.average_power_usage().unwrap();
+        c.clock.advance(0.05);
+        assert_eq!(a, g.average_power_usage().unwrap());
+        let readings: std::collections::BTreeSet<u32> = (0..20)
+            .map(|_| {
+                c.clock.advance(0.1);
+                g.average_power_usage().unwrap()
+            })
+            .collect();
+        assert!(readings.len() > 5);
+        let truth = g.true_power_w() * 1000.0;
+        assert!(readings.iter().all(|&r| (r as f64 - truth).abs() <= truth * 0.0101));
+    }
+
+    proptest! {
+        #[test]
+        fn counter_is_monotonic_under_any_schedule(
+            ops in proptest::collection::vec((0u8..5, 0.0f64..5.0, 100u32..300), 1..40)
+        ) {
+            let c = cluster(&["A40"]);
+            let g = &c.devices[0];
+            let mut last = g.total_energy_consumption().unwrap();
+            for (op, dt, pl) in ops {
+                match op {
+                    0 => g.set_load(Load::Busy),
+                    1 => g.set_load(Load::Idle),
+                    2 => { g.start_work(dt); }
+                    3 => { g.set_power_management_limit(pl * 1000).unwrap(); }
+                    _ => {}
+                }
+                c.clock.advance(dt);
+                let now = g.total_energy_consumption().unwrap();
+                prop_assert!(now >= last);
+                // Never more than the maximum limit over the time that passed (plus rounding).
+                prop_assert!((now - last) as f64 <= 300.0 * dt * 1000.0 + 1.0);
+                last = now;
+            }
+        }
+
+        #[test]
+        fn set_get_round_trip_and_range_rule(pl in 0u32..500_000) {
+            let c = cluster(&["A40"]);
+            let g = &c.devices[0];
+            let r = g.set_power_management_limit(pl);
+            if (100_000..=300_000).contains(&pl) {
+                prop_assert!(r.is_ok());
+                prop_assert_eq!(g.power_management_limit().unwrap(), pl);
+            } else {
+                prop_assert!(matches!(r, Err(GpuError::InvalidArg(_))));
+                prop_assert_eq!(g.power_management_limit().unwrap(), 300_000);
+            }
+        }
+    }
+}

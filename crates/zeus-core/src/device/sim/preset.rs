@@ -1,0 +1,158 @@
+//! GPU models the simulator knows. Figures are the boards' published ranges: power-limit range
+//! and default (what `nvidia-smi -q -d POWER` shows on them), idle draw, memory clock and the
+//! graphics clock table (min to max in the driver's step).
+
+use super::super::Architecture;
+
+/// A simulated GPU model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preset {
+    /// Short name used in `ZEUS_SIM_GPUS` (e.g. `"A40"`).
+    pub key: &'static str,
+    /// Marketing name; the device's name is this plus `" (Simulated)"`.
+    pub name: &'static str,
+    pub architecture: Architecture,
+    pub min_power_limit_mw: u32,
+    pub max_power_limit_mw: u32,
+    pub default_power_limit_mw: u32,
+    pub idle_power_mw: u32,
+    /// Supported memory clocks, MHz, highest first (NVML's order).
+    pub memory_clocks_mhz: &'static [u32],
+    pub min_graphics_clock_mhz: u32,
+    pub max_graphics_clock_mhz: u32,
+    pub graphics_clock_step_mhz: u32,
+    /// Whether `nvmlDeviceGetTotalEnergyConsumption` works (Volta and newer).
+    pub energy_counter: bool,
+    /// Whether the instantaneous power field exists (Ampere and newer here).
+    pub instant_power: bool,
+    /// How often the driver refreshes the averaged power reading, seconds.
+    pub power_update_period_s: f64,
+}
+
+impl Preset {
+    /// Supported graphics clocks, highest first.
+    pub fn graphics_clocks_mhz(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..)
+            .map(|k| self.max_graphics_clock_mhz - k * self.graphics_clock_step_mhz)
+            .take_while(|&f| f >= self.min_graphics_clock_mhz)
+            .collect();
+        if v.last() != Some(&self.min_graphics_clock_mhz) {
+            v.push(self.min_graphics_clock_mhz);
+        }
+        v
+    }
+}
+
+pub const PRESETS: &[Preset] = &[
+    Preset {
+        key: "P100",
+        name: "Tesla P100-PCIE-16GB",
+        architecture: Architecture::Pascal,
+        min_power_limit_mw: 125_000,
+        max_power_limit_mw: 250_000,
+        default_power_limit_mw: 250_000,
+        idle_power_mw: 30_000,
+        memory_clocks_mhz: &[715],
+        min_graphics_clock_mhz: 544,
+        max_graphics_clock_mhz: 1328,
+        graphics_clock_step_mhz: 13,
+        energy_counter: false,
+        instant_power: false,
+        power_update_period_s: 0.020,
+    },
+    Preset {
+        key: "V100",
+        name: "Tesla V100-PCIE-32GB",
+        architecture: Architecture::Volta,
+        min_power_limit_mw: 100_000,
+        max_power_limit_mw: 250_000,
+        default_power_limit_mw: 250_000,
+        idle_power_mw: 25_000,
+        memory_clocks_mhz: &[877],
+        min_graphics_clock_mhz: 135,
+        max_graphics_clock_mhz: 1380,
+        graphics_clock_step_mhz: 15,
+        energy_counter: true,
+        instant_power: false,
+        power_update_period_s: 0.020,
+    },
+    Preset {
+        key: "A40",
+        name: "NVIDIA A40",
+        architecture: Architecture::Ampere,
+        min_power_limit_mw: 100_000,
+        max_power_limit_mw: 300_000,
+        default_power_limit_mw: 300_000,
+        idle_power_mw: 30_000,
+        memory_clocks_mhz: &[7251, 5001, 810, 405],
+        min_graphics_clock_mhz: 210,
+        max_graphics_clock_mhz: 1740,
+        graphics_clock_step_mhz: 15,
+        energy_counter: true,
+        instant_power: true,
+        power_update_period_s: 0.100,
+    },
+    Preset {
+        key: "A100",
+        name: "NVIDIA A100-SXM4-40GB",
+        architecture: Architecture::Ampere,
+        min_power_limit_mw: 100_000,
+        max_power_limit_mw: 400_000,
+        default_power_limit_mw: 400_000,
+        idle_power_mw: 55_000,
+        memory_clocks_mhz: &[1215],
+        min_graphics_clock_mhz: 210,
+        max_graphics_clock_mhz: 1410,
+        graphics_clock_step_mhz: 15,
+        energy_counter: true,
+        instant_power: true,
+        power_update_period_s: 0.025,
+    },
+    Preset {
+        key: "H100",
+        name: "NVIDIA H100 80GB HBM3",
+        architecture: Architecture::Hopper,
+        min_power_limit_mw: 200_000,
+        max_power_limit_mw: 700_000,
+        default_power_limit_mw: 700_000,
+        idle_power_mw: 70_000,
+        memory_clocks_mhz: &[2619],
+        min_graphics_clock_mhz: 345,
+        max_graphics_clock_mhz: 1980,
+        graphics_clock_step_mhz: 15,
+        energy_counter: true,
+        instant_power: true,
+        power_update_period_s: 0.025,
+    },
+];
+
+/// Look a preset up by its key, case-insensitively.
+pub fn find(key: &str) -> Option<&'static Preset> {
+    PRESETS.iter().find(|p| p.key.eq_ignore_ascii_case(key.trim()))
+}
+
+/// All preset keys, for error messages.
+pub fn keys() -> Vec<&'static str> {
+    PRESETS.iter().map(|p| p.key).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_consistent() {
+        for p in PRESETS {
+            assert!(p.min_power_limit_mw < p.max_power_limit_mw, "{}", p.key);
+            assert!(p.default_power_limit_mw <= p.max_power_limit_mw);
+            assert!(p.idle_power_mw < p.min_power_limit_mw);
+            let g = p.graphics_clocks_mhz();
+            assert_eq!(g[0], p.max_graphics_clock_mhz);
+            assert_eq!(*g.last().unwrap(), p.min_graphics_clock_mhz);
+            assert!(g.windows(2).all(|w| w[0] > w[1]));
+            assert_eq!(p.energy_counter, p.architecture >= Architecture::Volta);
+        }
+        assert!(find("a40").is_some());
+        assert!(find("K80").is_none());
+    }
+}

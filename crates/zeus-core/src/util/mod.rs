@@ -1,0 +1,3 @@
+//! Small shared pieces: the cost metric.
+
+pub mod metric;
