@@ -1,1 +1,550 @@
+//! The simulated GPU as a drop-in `libnvidia-ml.so.1`.
+//!
+//! Exports the NVML C functions that `nvml-wrapper` (zeus's own NVML backend) and the official
+//! Python bindings (`nvidia-ml-py`) call for device discovery, power limits, persistence, clocks,
+//! power and energy, backed by the simulated GPU model of `zeus-core` and configured by the same
+//! `ZEUS_SIM_*` variables. Return codes are NVML's own, so programs see what a real driver would
+//! say: `NVML_ERROR_NO_PERMISSION` with `ZEUS_SIM_PRIVILEGED=0`, `NVML_ERROR_NOT_SUPPORTED` for
+//! the energy counter of a P100, `NVML_ERROR_UNINITIALIZED` before `nvmlInit`.
+//!
+//! Three extra functions (`zeusSim*`) let a test drive the model from outside: mark a GPU busy or
+//! idle, run work, and advance the virtual clock.
+//!
+//! Safety: every exported function checks its pointers for null and its device handle against
+//! the devices it handed out before touching them.
 
+#![allow(non_snake_case)]
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_int, c_longlong, c_uint, c_ulonglong, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use zeus_core::device::error::nvml_code::*;
+use zeus_core::device::error::nvml_error_string;
+use zeus_core::device::sim::{Load, SimCluster, SimConfig, SimGpu};
+use zeus_core::device::{Clock, Gpu, GpuError};
+
+type Ret = c_uint;
+/// `nvmlDevice_t`: we hand out pointers to the `SimGpu`s, which live as long as the process.
+type Handle = *const SimGpu;
+
+static CLUSTER: Mutex<Option<Arc<SimCluster>>> = Mutex::new(None);
+static INIT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn cluster() -> Result<Arc<SimCluster>, Ret> {
+    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
+        return Err(UNINITIALIZED);
+    }
+    CLUSTER
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .ok_or(UNINITIALIZED)
+}
+
+fn device(handle: Handle) -> Result<(Arc<SimCluster>, &'static SimGpu), Ret> {
+    let c = cluster()?;
+    if handle.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    if !c.devices().iter().any(|d| Arc::as_ptr(d) == handle) {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: the pointer is one of the cluster's devices, and the cluster is never dropped
+    // once created (it stays in CLUSTER), so the device outlives every caller.
+    let dev: &'static SimGpu = unsafe { &*handle };
+    Ok((c, dev))
+}
+
+fn code(e: GpuError) -> Ret {
+    e.nvml_code()
+}
+
+/// Run `f` and turn its result into a return code.
+fn guard(f: impl FnOnce() -> Result<(), Ret>) -> Ret {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => SUCCESS,
+        Ok(Err(c)) => c,
+        Err(_) => UNKNOWN,
+    }
+}
+
+unsafe fn write<T>(ptr: *mut T, value: T) -> Result<(), Ret> {
+    if ptr.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    ptr.write(value);
+    Ok(())
+}
+
+unsafe fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Ret> {
+    if buf.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() + 1 > len as usize {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    std::ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, buf, bytes.len());
+    buf.add(bytes.len()).write(0);
+    Ok(())
+}
+
+unsafe fn write_list(count: *mut c_uint, out: *mut c_uint, values: &[u32]) -> Result<(), Ret> {
+    if count.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    let room = *count as usize;
+    *count = values.len() as c_uint;
+    if room < values.len() {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    if out.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len());
+    Ok(())
+}
+
+// ---- init and system ----------------------------------------------------------------------
+
+fn init() -> Ret {
+    let mut g = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        match SimConfig::from_env() {
+            Ok(cfg) => *g = Some(Arc::new(SimCluster::new(cfg))),
+            Err(e) => {
+                eprintln!("simulated libnvidia-ml: {e}");
+                return code(e);
+            }
+        }
+    }
+    INIT_COUNT.fetch_add(1, Ordering::SeqCst);
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> Ret {
+    init()
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit() -> Ret {
+    init()
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> Ret {
+    init()
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> Ret {
+    let r = INIT_COUNT.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    if r.is_ok() {
+        SUCCESS
+    } else {
+        UNINITIALIZED
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
+    // NVML's strings are static; keep ours static too (one leaked C string per code).
+    static STRINGS: Mutex<Vec<(Ret, &'static CStr)>> = Mutex::new(Vec::new());
+    let mut s = STRINGS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, c)) = s.iter().find(|(r, _)| *r == result) {
+        return c.as_ptr();
+    }
+    let c: &'static CStr =
+        Box::leak(std::ffi::CString::new(nvml_error_string(result)).unwrap().into_boxed_c_str());
+    s.push((result, c));
+    c.as_ptr()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> Ret {
+    guard(|| {
+        cluster()?;
+        write_str(version, length, "999.99-zeus-sim")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> Ret {
+    guard(|| {
+        cluster()?;
+        write_str(version, length, "12.999.99-zeus-sim")
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> Ret {
+    guard(|| {
+        cluster()?;
+        write(version, 12040)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> Ret {
+    nvmlSystemGetCudaDriverVersion(version)
+}
+
+// ---- device discovery ---------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> Ret {
+    guard(|| write(count, cluster()?.devices().len() as c_uint))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount(count: *mut c_uint) -> Ret {
+    nvmlDeviceGetCount_v2(count)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut Handle) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        let d = c.devices().get(index as usize).ok_or(INVALID_ARGUMENT)?;
+        write(device, Arc::as_ptr(d))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut Handle) -> Ret {
+    nvmlDeviceGetHandleByIndex_v2(index, device)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut Handle) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        if uuid.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let wanted = CStr::from_ptr(uuid).to_str().map_err(|_| INVALID_ARGUMENT)?;
+        let d = c
+            .devices()
+            .iter()
+            .find(|d| d.uuid().map(|u| u == wanted).unwrap_or(false))
+            .ok_or(NOT_FOUND)?;
+        write(device, Arc::as_ptr(d))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(device: Handle, index: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(index, d.index() as c_uint)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(device: Handle, name: *mut c_char, length: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write_str(name, length, &d.name().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Handle, uuid: *mut c_char, length: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write_str(uuid, length, &d.uuid().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetArchitecture(device: Handle, arch: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(arch, d.architecture().map_err(code)?.nvml_value())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: Handle,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> Ret {
+    use zeus_core::device::Architecture::*;
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        let (ma, mi) = match d.architecture().map_err(code)? {
+            Pascal => (6, 0),
+            Volta => (7, 0),
+            Turing => (7, 5),
+            Ampere if d.preset().key == "A100" => (8, 0),
+            Ampere => (8, 6),
+            Ada => (8, 9),
+            Hopper => (9, 0),
+            Blackwell => (10, 0),
+            _ => (0, 0),
+        };
+        write(major, ma)?;
+        write(minor, mi)
+    })
+}
+
+// ---- power limits and persistence ---------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimitConstraints(
+    device: Handle,
+    min_limit: *mut c_uint,
+    max_limit: *mut c_uint,
+) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        let (lo, hi) = d.power_management_limit_constraints().map_err(code)?;
+        write(min_limit, lo)?;
+        write(max_limit, hi)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementDefaultLimit(
+    device: Handle,
+    limit: *mut c_uint,
+) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(limit, d.power_management_limit_default().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: Handle, limit: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(limit, d.power_management_limit().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: Handle, limit: *mut c_uint) -> Ret {
+    nvmlDeviceGetPowerManagementLimit(device, limit)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceSetPowerManagementLimit(device: Handle, limit: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        d.set_power_management_limit(limit).map_err(code)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(device: Handle, mode: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(mode, d.persistence_mode().map_err(code)? as c_uint)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceSetPersistenceMode(device: Handle, mode: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        if mode > 1 {
+            return Err(INVALID_ARGUMENT);
+        }
+        d.set_persistence_mode(mode == 1).map_err(code)
+    })
+}
+
+// ---- clocks ---------------------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedMemoryClocks(
+    device: Handle,
+    count: *mut c_uint,
+    clocks: *mut c_uint,
+) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write_list(count, clocks, &d.supported_memory_clocks().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedGraphicsClocks(
+    device: Handle,
+    memory_clock_mhz: c_uint,
+    count: *mut c_uint,
+    clocks: *mut c_uint,
+) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        let list = d.supported_graphics_clocks(memory_clock_mhz).map_err(code)?;
+        write_list(count, clocks, &list)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceSetGpuLockedClocks(device: Handle, min: c_uint, max: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        d.set_gpu_locked_clocks(min, max).map_err(code)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceResetGpuLockedClocks(device: Handle) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        d.reset_gpu_locked_clocks().map_err(code)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceSetMemoryLockedClocks(device: Handle, min: c_uint, max: c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        d.set_memory_locked_clocks(min, max).map_err(code)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceResetMemoryLockedClocks(device: Handle) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        d.reset_memory_locked_clocks().map_err(code)
+    })
+}
+
+/// `nvmlClockType_t`: 0 graphics, 1 SM, 2 memory, 3 video.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: Handle, kind: c_uint, clock: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        let p = d.preset();
+        let v = match kind {
+            0 | 1 | 3 => p.max_graphics_clock_mhz,
+            2 => p.memory_clocks_mhz[0],
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        write(clock, v)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(device: Handle, kind: c_uint, clock: *mut c_uint) -> Ret {
+    nvmlDeviceGetMaxClockInfo(device, kind, clock)
+}
+
+// ---- power and energy ---------------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: Handle, power: *mut c_uint) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(power, d.average_power_usage().map_err(code)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: Handle, energy: *mut c_ulonglong) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(energy, d.total_energy_consumption().map_err(code)?)
+    })
+}
+
+/// `nvmlFieldValue_t` from `nvml.h`.
+#[repr(C)]
+pub struct FieldValue {
+    pub field_id: c_uint,
+    pub scope_id: c_uint,
+    pub timestamp: c_longlong,
+    pub latency_usec: c_longlong,
+    pub value_type: c_uint,
+    pub nvml_return: c_uint,
+    pub value: u64,
+}
+
+const NVML_FI_DEV_POWER_AVERAGE: c_uint = 185;
+const NVML_FI_DEV_POWER_INSTANT: c_uint = 186;
+const NVML_VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(device: Handle, count: c_int, values: *mut FieldValue) -> Ret {
+    guard(|| {
+        let (c, d) = self::device(device)?;
+        if count < 0 || (count > 0 && values.is_null()) {
+            return Err(INVALID_ARGUMENT);
+        }
+        let now_us = (c.clock().now() * 1e6) as c_longlong;
+        for i in 0..count as usize {
+            let fv = &mut *values.add(i);
+            let r = match fv.field_id {
+                NVML_FI_DEV_POWER_INSTANT => d.instant_power_usage(),
+                NVML_FI_DEV_POWER_AVERAGE => d.average_power_usage(),
+                _ => Err(GpuError::NotSupported(String::new())),
+            };
+            fv.timestamp = now_us;
+            fv.latency_usec = 0;
+            fv.value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
+            match r {
+                Ok(v) => {
+                    fv.nvml_return = SUCCESS;
+                    fv.value = v as u64;
+                }
+                Err(e) => {
+                    fv.nvml_return = e.nvml_code();
+                    fv.value = 0;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+// ---- simulator control (not NVML) ---------------------------------------------------------
+
+/// Mark simulated GPU `index` busy (`busy != 0`) or idle.
+#[no_mangle]
+pub extern "C" fn zeusSimSetBusy(index: c_uint, busy: c_int) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        let d = c.device(index as usize).map_err(code)?;
+        d.set_load(if busy != 0 { Load::Busy } else { Load::Idle });
+        Ok(())
+    })
+}
+
+/// Advance the virtual clock by `seconds` (`NVML_ERROR_NOT_SUPPORTED` on the real clock).
+#[no_mangle]
+pub extern "C" fn zeusSimAdvance(seconds: f64) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        if !(seconds.is_finite() && seconds >= 0.0) {
+            return Err(INVALID_ARGUMENT);
+        }
+        if c.clock().advance(seconds) {
+            Ok(())
+        } else {
+            Err(NOT_SUPPORTED)
+        }
+    })
+}
+
+/// Run `work` units on every simulated GPU; writes the duration in seconds.
+#[no_mangle]
+pub unsafe extern "C" fn zeusSimRun(work: f64, seconds: *mut f64) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        let all: Vec<usize> = (0..c.devices().len()).collect();
+        let d = c.run(&all, work).map_err(code)?;
+        if !seconds.is_null() {
+            seconds.write(d);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,69 @@
+//! When building the Python extension (feature `python`), also build the two native artifacts
+//! the wheel ships next to it, and copy them into `python/zeus/_bin/`:
+//! - `libnvidia-ml.so.1`: the simulated GPU speaking the NVML C ABI (crate `zeus-sim-nvml`);
+//! - `zeus-monitor`: the standalone power-logging binary (crate `zeus-cli`).
+//!
+//! maturin builds one crate, so a nested `cargo build` of those two crates (in their own target
+//! directory, so the outer build's lock is not contended) is the way to get them into the same
+//! `pip install .`. Set `ZEUS_SKIP_BUNDLE=1` to skip it.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=ZEUS_SKIP_BUNDLE");
+    if std::env::var_os("CARGO_FEATURE_PYTHON").is_none()
+        || std::env::var_os("ZEUS_SKIP_BUNDLE").is_some()
+    {
+        return;
+    }
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir.join("../..").canonicalize().unwrap();
+    for dir in ["crates/zeus-core/src", "crates/zeus-sim-nvml/src", "crates/zeus-cli/src"] {
+        println!("cargo:rerun-if-changed={}", root.join(dir).display());
+    }
+    let release = std::env::var("PROFILE").map(|p| p == "release").unwrap_or(false);
+    let target_dir = root.join("target").join("bundle");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["build", "-p", "zeus-sim-nvml", "-p", "zeus-cli", "--target-dir"])
+        .arg(&target_dir);
+    if release {
+        cmd.arg("--release");
+    }
+    // Flags meant for the extension module (maturin's) must not leak into the nested build.
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "CARGO_TARGET_DIR",
+        "PYO3_BUILD_EXTENSION_MODULE",
+        "CARGO_MAKEFLAGS",
+        "MAKEFLAGS",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd
+        .status()
+        .expect("could not run cargo to build zeus-sim-nvml and zeus-cli");
+    assert!(
+        status.success(),
+        "building zeus-sim-nvml and zeus-cli failed"
+    );
+    let built = target_dir.join(if release { "release" } else { "debug" });
+    let bin_dir = root.join("python").join("zeus").join("_bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    for (from, to) in [
+        ("libnvidia_ml.so", "libnvidia-ml.so.1"),
+        ("zeus-monitor", "zeus-monitor"),
+    ] {
+        let dest = bin_dir.join(to);
+        // Replace atomically so a running process that has the old file mapped is unaffected.
+        let tmp = bin_dir.join(format!(".{to}.tmp"));
+        std::fs::copy(built.join(from), &tmp)
+            .unwrap_or_else(|e| panic!("copying {from} into {}: {e}", bin_dir.display()));
+        std::fs::rename(&tmp, &dest).unwrap();
+    }
+}

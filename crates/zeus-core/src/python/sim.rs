@@ -1,0 +1,168 @@
+//! `zeus._core` functions that drive the in-process simulated GPU (`zeus.sim`).
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use super::errors::IntoPyResult;
+use crate::device::sim::{self, CurvePoint, Load, SimCluster, WorkloadCurve};
+use crate::device::Clock;
+
+fn cluster(py: Python<'_>) -> PyResult<std::sync::Arc<SimCluster>> {
+    sim::global_cluster().py_err(py)
+}
+
+/// Number of simulated GPUs (from `ZEUS_SIM_GPUS`).
+#[pyfunction]
+fn sim_device_count(py: Python<'_>) -> PyResult<usize> {
+    Ok(cluster(py)?.devices().len())
+}
+
+/// Preset key of each simulated GPU.
+#[pyfunction]
+fn sim_presets(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    Ok(cluster(py)?.devices().iter().map(|d| d.preset().key).collect())
+}
+
+/// All known preset keys.
+#[pyfunction]
+fn sim_known_presets() -> Vec<&'static str> {
+    sim::preset::keys()
+}
+
+/// Simulator time, seconds since the epoch.
+#[pyfunction]
+fn sim_now(py: Python<'_>) -> PyResult<f64> {
+    Ok(cluster(py)?.clock().now())
+}
+
+#[pyfunction]
+fn sim_is_virtual_clock(py: Python<'_>) -> PyResult<bool> {
+    Ok(cluster(py)?.clock().is_virtual())
+}
+
+/// Advance the virtual clock.
+#[pyfunction]
+fn sim_advance(py: Python<'_>, seconds: f64) -> PyResult<()> {
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "seconds must be a finite number >= 0, got {seconds}"
+        )));
+    }
+    if !cluster(py)?.clock().advance(seconds) {
+        return Err(PyRuntimeError::new_err(
+            "the simulated GPU runs on the real clock; set ZEUS_SIM_CLOCK=virtual to advance time",
+        ));
+    }
+    Ok(())
+}
+
+/// Mark a simulated GPU busy or idle.
+#[pyfunction]
+fn sim_set_busy(py: Python<'_>, index: usize, busy: bool) -> PyResult<()> {
+    let c = cluster(py)?;
+    c.device(index)
+        .py_err(py)?
+        .set_load(if busy { Load::Busy } else { Load::Idle });
+    Ok(())
+}
+
+#[pyfunction]
+fn sim_is_busy(py: Python<'_>, index: usize) -> PyResult<bool> {
+    let c = cluster(py)?;
+    Ok(c.device(index).py_err(py)?.load() != Load::Idle)
+}
+
+/// Start `work` units on the given GPUs; returns the seconds the slowest needs. The virtual clock
+/// is advanced by that much; on the real clock the caller waits.
+#[pyfunction]
+fn sim_run(py: Python<'_>, indices: Vec<usize>, work: f64) -> PyResult<f64> {
+    if !(work.is_finite() && work >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "work must be a finite number >= 0, got {work}"
+        )));
+    }
+    let c = cluster(py)?;
+    c.run(&indices, work).py_err(py)
+}
+
+/// Replace a GPU's workload curve with `(power_limit W, time_per_epoch s, average_power W)` points.
+#[pyfunction]
+fn sim_set_workload_points(py: Python<'_>, index: usize, points: Vec<(f64, f64, f64)>) -> PyResult<()> {
+    let curve = WorkloadCurve::new(
+        points
+            .into_iter()
+            .map(|(pl, t, p)| CurvePoint {
+                power_limit_w: pl,
+                time_per_epoch_s: t,
+                average_power_w: p,
+            })
+            .collect(),
+    )
+    .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    cluster(py)?.device(index).py_err(py)?.set_curve(curve);
+    Ok(())
+}
+
+/// Replace a GPU's workload curve with one read from a CSV file.
+#[pyfunction]
+fn sim_set_workload_csv(py: Python<'_>, index: usize, path: std::path::PathBuf) -> PyResult<()> {
+    let curve = WorkloadCurve::from_csv(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    cluster(py)?.device(index).py_err(py)?.set_curve(curve);
+    Ok(())
+}
+
+/// The GPU's workload curve as `(power_limit, time_per_epoch, average_power)` points.
+#[pyfunction]
+fn sim_workload_points(py: Python<'_>, index: usize) -> PyResult<Vec<(f64, f64, f64)>> {
+    let c = cluster(py)?;
+    let curve = c.device(index).py_err(py)?.curve();
+    Ok(curve
+        .points()
+        .iter()
+        .map(|p| (p.power_limit_w, p.time_per_epoch_s, p.average_power_w))
+        .collect())
+}
+
+/// `(seconds per unit of work, watts)` when busy at the GPU's current settings.
+#[pyfunction]
+fn sim_steady_state(py: Python<'_>, index: usize) -> PyResult<(f64, f64)> {
+    Ok(cluster(py)?.device(index).py_err(py)?.busy_steady_state())
+}
+
+/// The model's exact energy so far, J (ground truth for tests; no counter rounding).
+#[pyfunction]
+fn sim_true_energy(py: Python<'_>, index: usize) -> PyResult<f64> {
+    Ok(cluster(py)?.device(index).py_err(py)?.true_energy_j())
+}
+
+/// The model's power right now, W, without reading noise.
+#[pyfunction]
+fn sim_true_power(py: Python<'_>, index: usize) -> PyResult<f64> {
+    Ok(cluster(py)?.device(index).py_err(py)?.true_power_w())
+}
+
+/// Forget the simulated cluster; the next use rebuilds it from the environment.
+#[pyfunction]
+fn sim_reset() {
+    sim::reset_global_cluster();
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sim_device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_presets, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_known_presets, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_now, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_is_virtual_clock, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_advance, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_set_busy, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_is_busy, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_run, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_set_workload_points, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_set_workload_csv, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_workload_points, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_steady_state, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_true_energy, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_true_power, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_reset, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,119 @@
+"""GPU exceptions, with the reference's names.
+
+Every NVML return code maps to one of these (the table is in the Rust core,
+`crates/zeus-core/src/device/error.rs`). The Rust extension looks these classes up by name, so
+renaming one here is a breaking change on both sides.
+"""
+
+from __future__ import annotations
+
+from zeus.exception import ZeusBaseError
+
+
+class ZeusBaseGPUError(ZeusBaseError):
+    """Base class of GPU errors."""
+
+
+class ZeusGPUInitError(ZeusBaseGPUError):
+    """The GPU library could not be initialised (or a backend setting is wrong)."""
+
+
+class ZeusGPUInvalidArgError(ZeusBaseGPUError):
+    """An argument was invalid (for example a power limit outside the device's range)."""
+
+
+class ZeusGPUNotSupportedError(ZeusBaseGPUError):
+    """The device does not support the operation (for example the energy counter before Volta)."""
+
+
+class ZeusGPUNoPermissionError(ZeusBaseGPUError):
+    """The operation needs privileges the process does not have (root or SYS_ADMIN)."""
+
+
+class ZeusGPUAlreadyInitializedError(ZeusBaseGPUError):
+    """The library was already initialised."""
+
+
+class ZeusGPUNotFoundError(ZeusBaseGPUError):
+    """The device or object was not found."""
+
+
+class ZeusGPUInsufficientSizeError(ZeusBaseGPUError):
+    """A buffer was too small."""
+
+
+class ZeusGPUInsufficientPowerError(ZeusBaseGPUError):
+    """The device's external power cables are not properly attached."""
+
+
+class ZeusGPUDriverNotLoadedError(ZeusBaseGPUError):
+    """The NVIDIA driver is not loaded."""
+
+
+class ZeusGPUTimeoutError(ZeusBaseGPUError):
+    """The operation timed out."""
+
+
+class ZeusGPUIRQError(ZeusBaseGPUError):
+    """The kernel detected an interrupt issue with the GPU."""
+
+
+class ZeusGPULibraryNotFoundError(ZeusBaseGPUError):
+    """The GPU library (NVML) could not be found or loaded."""
+
+
+class ZeusGPUFunctionNotFoundError(ZeusBaseGPUError):
+    """The loaded GPU library lacks a function."""
+
+
+class ZeusGPUCorruptedInfoROMError(ZeusBaseGPUError):
+    """The device's infoROM is corrupted."""
+
+
+class ZeusGPULostError(ZeusBaseGPUError):
+    """The GPU fell off the bus or became inaccessible."""
+
+
+class ZeusGPUResetRequiredError(ZeusBaseGPUError):
+    """The GPU needs a reset."""
+
+
+class ZeusGPUOperatingSystemError(ZeusBaseGPUError):
+    """The operating system blocked the request."""
+
+
+class ZeusGPULibRMVersionMismatchError(ZeusBaseGPUError):
+    """The NVML library and the kernel driver versions do not match."""
+
+
+class ZeusGPUMemoryError(ZeusBaseGPUError):
+    """The GPU ran out of memory for the request."""
+
+
+class ZeusGPUUnknownError(ZeusBaseGPUError):
+    """Any other error."""
+
+
+__all__ = [
+    "ZeusBaseGPUError",
+    "ZeusGPUInitError",
+    "ZeusGPUInvalidArgError",
+    "ZeusGPUNotSupportedError",
+    "ZeusGPUNoPermissionError",
+    "ZeusGPUAlreadyInitializedError",
+    "ZeusGPUNotFoundError",
+    "ZeusGPUInsufficientSizeError",
+    "ZeusGPUInsufficientPowerError",
+    "ZeusGPUDriverNotLoadedError",
+    "ZeusGPUTimeoutError",
+    "ZeusGPUIRQError",
+    "ZeusGPULibraryNotFoundError",
+    "ZeusGPUFunctionNotFoundError",
+    "ZeusGPUCorruptedInfoROMError",
+    "ZeusGPULostError",
+    "ZeusGPUResetRequiredError",
+    "ZeusGPUOperatingSystemError",
+    "ZeusGPULibRMVersionMismatchError",
+    "ZeusGPUMemoryError",
+    "ZeusGPUUnknownError",
+]

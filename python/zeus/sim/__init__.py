@@ -1,0 +1,160 @@
+"""Drive the in-process simulated GPU (`ZEUS_GPU_BACKEND=sim`).
+
+The simulated GPUs come from `ZEUS_SIM_GPUS` (comma-separated models, default `A40`; see
+`known_presets()`), run on the real clock or, with `ZEUS_SIM_CLOCK=virtual`, on a virtual one that
+moves only through `advance()` and `run()`. Device indices here are the simulator's own (before
+`CUDA_VISIBLE_DEVICES`).
+
+Example:
+    >>> import zeus.sim
+    >>> zeus.sim.set_busy(0)           # draw busy power from now on
+    >>> seconds = zeus.sim.run(1.0)    # one unit of work on every GPU; returns its duration
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from zeus import _core
+
+__all__ = [
+    "advance",
+    "device_count",
+    "is_busy",
+    "is_virtual_clock",
+    "known_presets",
+    "now",
+    "nvml_library_path",
+    "presets",
+    "reset",
+    "run",
+    "set_busy",
+    "set_workload",
+    "steady_state",
+    "true_energy",
+    "true_power",
+    "workload_points",
+]
+
+
+def device_count() -> int:
+    """Number of simulated GPUs."""
+    return _core.sim_device_count()
+
+
+def presets() -> list[str]:
+    """Model of each simulated GPU, e.g. `["A40", "V100"]`."""
+    return _core.sim_presets()
+
+
+def known_presets() -> list[str]:
+    """Every model the simulator knows."""
+    return _core.sim_known_presets()
+
+
+def now() -> float:
+    """Simulator time in seconds since the epoch."""
+    return _core.sim_now()
+
+
+def is_virtual_clock() -> bool:
+    """Whether the simulator runs on a virtual clock."""
+    return _core.sim_is_virtual_clock()
+
+
+def advance(seconds: float) -> None:
+    """Move the virtual clock forward (`RuntimeError` on the real clock)."""
+    _core.sim_advance(seconds)
+
+
+def set_busy(index: int = 0, busy: bool = True) -> None:
+    """Mark simulated GPU `index` busy (drawing the workload's power) or idle."""
+    _core.sim_set_busy(index, busy)
+
+
+def is_busy(index: int = 0) -> bool:
+    """Whether simulated GPU `index` is busy now."""
+    return _core.sim_is_busy(index)
+
+
+def run(work: float = 1.0, gpu_indices: Iterable[int] | None = None, wait: bool = True) -> float:
+    """Run `work` units (one unit = one `time_per_epoch` of the workload curve) on GPUs at once.
+
+    Each GPU is busy for as long as its power limit and clocks need, then idle. On the virtual
+    clock, time advances by the slowest GPU's duration; on the real clock this sleeps for it
+    unless `wait` is false.
+
+    Returns:
+        The duration in seconds.
+    """
+    indices = list(range(device_count())) if gpu_indices is None else list(gpu_indices)
+    seconds = _core.sim_run(indices, work)
+    if wait and not is_virtual_clock():
+        time.sleep(seconds)
+    return seconds
+
+
+def set_workload(
+    index: int, curve: str | os.PathLike[str] | Sequence[tuple[float, float, float]]
+) -> None:
+    """Replace GPU `index`'s workload curve.
+
+    Args:
+        index: Simulated GPU index.
+        curve: A CSV path with `power_limit,time_per_epoch,average_power` columns (the Zeus
+            trace format, one series), or a list of `(power_limit W, time_per_epoch s,
+            average_power W)` points.
+    """
+    if isinstance(curve, (str, os.PathLike)):
+        _core.sim_set_workload_csv(index, os.fspath(curve))
+    else:
+        _core.sim_set_workload_points(index, [tuple(map(float, p)) for p in curve])
+
+
+def workload_points(index: int = 0) -> list[tuple[float, float, float]]:
+    """GPU `index`'s workload curve as `(power_limit, time_per_epoch, average_power)` points."""
+    return _core.sim_workload_points(index)
+
+
+def steady_state(index: int = 0) -> tuple[float, float]:
+    """`(seconds per unit of work, watts)` when busy at GPU `index`'s current settings."""
+    return _core.sim_steady_state(index)
+
+
+def true_energy(index: int = 0) -> float:
+    """The model's exact energy so far in joules (ground truth, unrounded)."""
+    return _core.sim_true_energy(index)
+
+
+def true_power(index: int = 0) -> float:
+    """The model's power now in watts, without reading noise."""
+    return _core.sim_true_power(index)
+
+
+def reset() -> None:
+    """Rebuild the simulated GPUs from the environment on next use (and forget `get_gpus()`)."""
+    from zeus.device.gpu import reset_gpus
+
+    _core.sim_reset()
+    reset_gpus()
+
+
+def nvml_library_path() -> Path:
+    """Absolute path of the simulated `libnvidia-ml.so.1` shipped with this package.
+
+    Point any NVML program at it with `LD_LIBRARY_PATH` set to its directory, or zeus itself with
+    `ZEUS_NVML_LIB`. It reads the same `ZEUS_SIM_*` variables as the in-process simulator.
+
+    Raises:
+        FileNotFoundError: the package was built without it.
+    """
+    path = Path(__file__).resolve().parent.parent / "_bin" / "libnvidia-ml.so.1"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"the simulated NVML library is missing at {path}; reinstall zeus from source "
+            "(`pip install .` builds it)"
+        )
+    return path
