@@ -1,0 +1,329 @@
+"""The batch size optimizer client (a training-loop callback).
+
+It asks the server which batch size to train with and reports each epoch's cumulative time and
+energy.
+
+Typical use (rank 0 of a job, or a single-GPU job):
+
+    monitor = ZeusMonitor(gpu_indices=[0])
+    bso = BatchSizeOptimizer(monitor, "http://bso:8000", JobSpec(job_id_prefix="mnist", ...))
+    batch_size = bso.get_batch_size()
+    bso.on_train_begin()
+    for epoch in range(max_epochs):
+        train_one_epoch(batch_size)
+        bso.on_evaluate(validate())   # raises ZeusBSOTrainFailError when the trial fails
+
+Distributed jobs: only rank 0 talks to the server. Other ranks receive the batch size, and at
+every `on_evaluate` rank 0's stop decision, through `torch.distributed` (a broadcast from rank
+0) when the default process group is initialised; every rank must then call `get_batch_size`
+and `on_evaluate` at the same points. Without `torch.distributed`, a rank other than 0 takes
+its batch size from the `ZEUS_BSO_BATCH_SIZE` environment variable (set it from rank 0's
+`get_batch_size()` in your launcher) and `on_evaluate` is a no-op there; stopping those ranks is
+then the launcher's job.
+
+Connection errors (the request never reached the server) are retried with exponential
+back-off; any other failure, and any non-2xx answer, raises `ZeusBSORuntimError`. Requests
+carry `Authorization: Bearer $ZEUS_BSO_TOKEN` when that variable is set.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable, Optional
+
+import httpx
+
+from zeus.callback import Callback
+from zeus.device import get_gpus
+from zeus.optimizer.batch_size.common import (
+    GET_NEXT_BATCH_SIZE_URL,
+    REGISTER_JOB_URL,
+    REPORT_END_URL,
+    REPORT_RESULT_URL,
+    CreatedJob,
+    JobSpec,
+    JobSpecFromClient,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
+from zeus.optimizer.batch_size.exceptions import (
+    ZeusBSOBadOperationError,
+    ZeusBSOConfigError,
+    ZeusBSOOperationOrderError,
+    ZeusBSORuntimError,
+    ZeusBSOTrainFailError,
+)
+
+logger = logging.getLogger(__name__)
+
+# Measurement window the client opens around each epoch (the reference misspelled it).
+WINDOW_NAME = "BatchSizeOptimizerClient"
+BATCH_SIZE_ENV = "ZEUS_BSO_BATCH_SIZE"
+TOKEN_ENV = "ZEUS_BSO_TOKEN"
+
+
+def _dist() -> Any:
+    """`torch.distributed` if torch is already imported and a process group is up, else None.
+
+    Never imports torch itself, so the client works without it.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() <= 1:
+        return None
+    return dist
+
+
+def _broadcast(obj: Any, rank: int) -> Any:
+    """Broadcast a picklable object from rank 0 through torch.distributed (if up)."""
+    dist = _dist()
+    if dist is None:
+        return obj
+    box = [obj if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class BatchSizeOptimizer(Callback):
+    """Client of the batch size optimizer server for one training run (one trial)."""
+
+    def __init__(
+        self,
+        monitor: Any,
+        server_url: str,
+        job: JobSpec,
+        rank: int = 0,
+        *,
+        timeout: float = 10.0,
+        max_retries: int = 5,
+        backoff: float = 0.2,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> None:
+        """Register the job with the server (rank 0 only).
+
+        Args:
+            monitor: A `ZeusMonitor` measuring the job's GPUs (`gpu_indices`).
+            server_url: Base URL of the server, e.g. `http://127.0.0.1:8000`.
+            job: The job's specification.
+            rank: This process's rank; only rank 0 talks to the server.
+            timeout: Seconds each HTTP request may take.
+            max_retries: Retries of a request that could not connect.
+            backoff: First retry delay in seconds; it doubles each retry.
+            transport: httpx transport override (tests).
+
+        Raises:
+            ZeusBSOConfigError: no GPU is visible, or the monitor measures none.
+            ZeusBSORuntimError: the server refused the registration.
+
+        """
+        if rank < 0:
+            raise ValueError(f"rank must be >= 0, got {rank}")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.monitor = monitor
+        self.server_url = server_url
+        self.rank = rank
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.current_batch_size = 0
+        self.trial_number = 0
+        self.cur_epoch = 0
+        self.training_finished = False
+        self.consumed_time = 0.0
+        self.consumed_energy = 0.0
+        self._window_open = False
+        self._atexit_hook: Optional[Callable[[], None]] = None
+
+        gpus = get_gpus(ensure_homogeneous=True)
+        if len(gpus) == 0:
+            raise ZeusBSOConfigError("No GPUs detected; the batch size optimizer needs one.")
+        gpu_indices = list(getattr(monitor, "gpu_indices", []))
+        if not gpu_indices:
+            raise ZeusBSOConfigError("The monitor measures no GPU (empty gpu_indices).")
+        _min_mw, max_mw = gpus.get_power_management_limit_constraints(gpu_indices[0])
+        self.job = JobSpecFromClient.model_validate(
+            {
+                **job.model_dump(),
+                "max_power": (max_mw // 1000) * len(gpu_indices),
+                "number_of_gpus": len(gpu_indices),
+                "gpu_model": gpus.get_name(gpu_indices[0]),
+            }
+        )
+
+        headers = {}
+        token = os.environ.get(TOKEN_ENV)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(
+            base_url=server_url, timeout=timeout, headers=headers, transport=transport
+        )
+        if self.rank == 0:
+            resp = self._request("POST", REGISTER_JOB_URL, json=self.job.model_dump(mode="json"))
+            self.job = JobSpecFromClient.model_validate(
+                CreatedJob.model_validate(resp.json()).model_dump()
+            )
+            logger.info("Registered job %s", self.job.job_id)
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        delay = self.backoff
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._http.request(method, url, **kwargs)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
+                # The request never reached the server, so repeating it cannot double-count.
+                if attempt == self.max_retries:
+                    raise ZeusBSORuntimError(
+                        f"Cannot reach the Zeus server at {self.server_url} after "
+                        f"{attempt + 1} attempts: {e}"
+                    ) from e
+                time.sleep(delay)
+                delay *= 2
+            except httpx.HTTPError as e:
+                raise ZeusBSORuntimError(f"Request {method} {url} failed: {e!r}") from e
+        if not 200 <= resp.status_code < 300:
+            raise ZeusBSORuntimError(
+                f"Zeus server returned status code {resp.status_code}: {resp.text}"
+            )
+        return resp
+
+    # -- API ----------------------------------------------------------------------------------
+
+    def get_batch_size(self) -> int:
+        """Return the batch size of this run (asked once from the server, then cached).
+
+        Raises:
+            ZeusBSOBadOperationError: a rank other than 0 without torch.distributed and without
+                `ZEUS_BSO_BATCH_SIZE`.
+            ZeusBSORuntimError: the server failed or answered a batch size outside the job's.
+
+        """
+        if self.current_batch_size:
+            return self.current_batch_size
+        if self.rank == 0:
+            resp = self._request("GET", GET_NEXT_BATCH_SIZE_URL, params={"job_id": self.job.job_id})
+            trial = TrialId.model_validate(resp.json())
+            if trial.batch_size not in self.job.batch_sizes:
+                raise ZeusBSORuntimError(
+                    f"Zeus server returned batch size {trial.batch_size}, not one of the "
+                    f"job's {self.job.batch_sizes}."
+                )
+            self.current_batch_size = trial.batch_size
+            self.trial_number = trial.trial_number
+            self._register_atexit(trial)
+            _broadcast((trial.batch_size, trial.trial_number), 0)
+            return self.current_batch_size
+        if _dist() is not None:
+            bs, number = _broadcast(None, self.rank)
+            self.current_batch_size, self.trial_number = int(bs), int(number)
+            return self.current_batch_size
+        raw = os.environ.get(BATCH_SIZE_ENV)
+        if raw is None:
+            raise ZeusBSOBadOperationError(
+                f"Only rank 0 asks the server for the batch size. Rank {self.rank} needs "
+                f"torch.distributed initialised or {BATCH_SIZE_ENV} set to rank 0's batch size."
+            )
+        try:
+            bs = int(raw)
+        except ValueError:
+            raise ZeusBSOConfigError(f"{BATCH_SIZE_ENV}={raw!r} is not an integer") from None
+        if bs not in self.job.batch_sizes:
+            raise ZeusBSOConfigError(
+                f"{BATCH_SIZE_ENV}={bs} is not one of the job's batch sizes {self.job.batch_sizes}"
+            )
+        self.current_batch_size = bs
+        return bs
+
+    def _register_atexit(self, trial: TrialId) -> None:
+        """Mark the trial failed on the server if the process exits before it ends."""
+
+        def end_trial() -> None:
+            try:
+                self._request("PATCH", REPORT_END_URL, json=trial.model_dump())
+            except ZeusBSORuntimError as e:  # Exiting anyway; just say so.
+                logger.warning("Could not end trial %d: %s", trial.trial_number, e)
+
+        self._atexit_hook = end_trial
+        atexit.register(end_trial)
+
+    def _unregister_atexit(self) -> None:
+        if self._atexit_hook is not None:
+            atexit.unregister(self._atexit_hook)
+            self._atexit_hook = None
+
+    def on_train_begin(self) -> None:
+        """Start measuring the first epoch."""
+        self.training_finished = False
+        if self.rank == 0:
+            self.monitor.begin_window(WINDOW_NAME)
+            self._window_open = True
+
+    def on_evaluate(self, metric: float) -> None:
+        """Report the epoch just finished and stop training if the server says so.
+
+        Args:
+            metric: Validation metric after this epoch.
+
+        Raises:
+            ZeusBSOOperationOrderError: called before `get_batch_size` or `on_train_begin`.
+            ZeusBSOTrainFailError: the trial stopped without converging.
+
+        """
+        if not self.current_batch_size:
+            raise ZeusBSOOperationOrderError("Call get_batch_size() before on_evaluate().")
+        if self.training_finished:
+            return
+        if self.rank != 0:
+            if _dist() is not None:
+                self._finish(*_broadcast(None, self.rank))
+            return
+        if not self._window_open:
+            raise ZeusBSOOperationOrderError("Call on_train_begin() before on_evaluate().")
+        self.cur_epoch += 1
+        measurement = self.monitor.end_window(WINDOW_NAME)
+        self._window_open = False
+        self.consumed_time += measurement.time
+        self.consumed_energy += measurement.total_energy
+        result = TrainingResult(
+            job_id=self.job.job_id or "",
+            batch_size=self.current_batch_size,
+            trial_number=self.trial_number,
+            time=self.consumed_time,
+            energy=self.consumed_energy,
+            metric=metric,
+            current_epoch=self.cur_epoch,
+        )
+        resp = self._request("POST", REPORT_RESULT_URL, json=result.model_dump())
+        answer = ReportResponse.model_validate(resp.json())
+        decision = (answer.stop_train, answer.converged, answer.message)
+        _broadcast(decision, 0)
+        if not answer.stop_train:
+            self.monitor.begin_window(WINDOW_NAME)
+            self._window_open = True
+            return
+        self._unregister_atexit()
+        self._finish(*decision)
+
+    def _finish(self, stop: bool, converged: bool, message: str) -> None:
+        if not stop:
+            return
+        self.training_finished = True
+        if not converged:
+            raise ZeusBSOTrainFailError(
+                f"Train failed: {message} This batch size will not be selected again. "
+                "Please re-launch the training"
+            )
+
+    def close(self) -> None:
+        """Close the HTTP connection."""
+        self._http.close()

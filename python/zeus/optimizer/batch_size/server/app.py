@@ -1,0 +1,134 @@
+"""The FastAPI application: the reference REST API over `BsoService`.
+
+- `POST /jobs` (`JobSpecFromClient` -> `CreatedJob`): 201 new, 200 identical re-registration,
+  409 different configuration, 422 invalid.
+- `DELETE /jobs?job_id=` (-> null): 200, 404 unknown job.
+- `GET /jobs/batch_size?job_id=` (-> `TrialId`): 200, 400 unknown job, 409 nothing survived
+  pruning.
+- `POST /report` (`TrainingResult` -> `ReportResponse`): 200, 400 unknown job/trial or batch
+  size, 422 invalid.
+- `PATCH /trials` (`TrialId` -> null): 200 (a dispatched trial becomes failed), 404 unknown.
+
+Errors the server raises on purpose answer `{"message": ...}`; validation errors answer
+FastAPI's 422 body, whose `detail[].loc` names the offending field. With a token configured,
+every request must carry `Authorization: Bearer <token>` or gets 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Optional
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from zeus.optimizer.batch_size.common import (
+    DELETE_JOB_URL,
+    GET_NEXT_BATCH_SIZE_URL,
+    REGISTER_JOB_URL,
+    REPORT_END_URL,
+    REPORT_RESULT_URL,
+    CreatedJob,
+    JobSpecFromClient,
+    ReportResponse,
+    TrainingResult,
+    TrialId,
+)
+from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
+from zeus.optimizer.batch_size.server.db import create_engine, migrate
+from zeus.optimizer.batch_size.server.logic import NoConvergedBatchSizeError
+from zeus.optimizer.batch_size.server.service import (
+    BsoService,
+    ZeusBSOServerBaseError,
+    ZeusBSOServerRuntimeError,
+)
+
+logger = logging.getLogger("zeus.optimizer.batch_size.server")
+
+
+def create_app(settings: Optional[ZeusBsoSettings] = None) -> FastAPI:
+    """Build the application; the engine opens (and SQLite migrates) at start-up."""
+    settings = settings or ZeusBsoSettings()
+    logging.getLogger("zeus.optimizer.batch_size").setLevel(settings.log_level.upper())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = create_engine(
+            settings.database_url, pool_size=settings.pool_size, echo=settings.echo_sql
+        )
+        if settings.should_migrate:
+            await migrate(engine)
+        app.state.service = BsoService(engine)
+        try:
+            yield
+        finally:
+            await engine.dispose()
+
+    dependencies = []
+    if settings.token:
+        expected = f"Bearer {settings.token}".encode()
+
+        async def check_token(authorization: Optional[str] = Header(default=None)) -> None:
+            if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
+                raise HTTPException(
+                    status_code=401,
+                    detail="Missing or wrong bearer token in the Authorization header",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+
+        dependencies.append(Depends(check_token))
+
+    app = FastAPI(title="Zeus batch size optimizer", lifespan=lifespan, dependencies=dependencies)
+
+    @app.exception_handler(ZeusBSOServerBaseError)
+    async def _bso_error(_request: Request, exc: ZeusBSOServerBaseError) -> JSONResponse:
+        return JSONResponse({"message": exc.message}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's default handler echoes the input back, which cannot even be serialised
+        # when it holds NaN or infinity; name the fields and say what is wrong instead.
+        detail = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        message = "; ".join(f"{'.'.join(str(p) for p in d['loc'])}: {d['msg']}" for d in detail)
+        return JSONResponse(
+            {"message": f"Invalid request: {message}", "detail": detail}, status_code=422
+        )
+
+    @app.exception_handler(NoConvergedBatchSizeError)
+    async def _no_converged(_request: Request, exc: NoConvergedBatchSizeError) -> JSONResponse:
+        err = ZeusBSOServerRuntimeError(str(exc))
+        return JSONResponse({"message": err.message}, status_code=err.status_code)
+
+    def service(request: Request) -> BsoService:
+        return request.app.state.service
+
+    @app.post(REGISTER_JOB_URL, response_model=CreatedJob, status_code=201)
+    async def register_job(job: JobSpecFromClient, request: Request) -> JSONResponse:
+        created, is_new = await service(request).register(job)
+        if is_new:
+            logger.info("Registered job %s", created.job_id)
+        return JSONResponse(created.model_dump(mode="json"), status_code=201 if is_new else 200)
+
+    @app.delete(DELETE_JOB_URL)
+    async def delete_job(job_id: str, request: Request) -> None:
+        await service(request).delete(job_id)
+
+    @app.get(GET_NEXT_BATCH_SIZE_URL, response_model=TrialId)
+    async def predict(job_id: str, request: Request) -> TrialId:
+        return await service(request).predict(job_id)
+
+    @app.post(REPORT_RESULT_URL, response_model=ReportResponse)
+    async def report(result: TrainingResult, request: Request) -> ReportResponse:
+        return await service(request).report(result)
+
+    @app.patch(REPORT_END_URL)
+    async def end_trial(trial: TrialId, request: Request) -> None:
+        await service(request).end_trial(trial)
+
+    return app

@@ -1,0 +1,47 @@
+"""Server settings, from `ZEUS_BSO_*` environment variables (and a `.env` file if present)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///zeus_bso.db"
+
+
+class ZeusBsoSettings(BaseSettings):
+    """Settings of the batch size optimizer server.
+
+    Attributes:
+        database_url: Async SQLAlchemy URL (`ZEUS_BSO_DATABASE_URL`), e.g.
+            `sqlite+aiosqlite:///zeus_bso.db` (the default, a file in the working directory) or
+            `postgresql+asyncpg://user:pw@host/db`.
+        auto_migrate: Apply the migrations at start-up (`ZEUS_BSO_AUTO_MIGRATE`). Unset means
+            yes for SQLite and no otherwise (run `zeus-bso-server migrate` once instead).
+        token: Bearer token every request must carry (`ZEUS_BSO_TOKEN`); unset means no auth.
+        echo_sql: Log every SQL statement (`ZEUS_BSO_ECHO_SQL`).
+        log_level: Level of the server's loggers (`ZEUS_BSO_LOG_LEVEL`).
+        pool_size: Database connections per server process (`ZEUS_BSO_POOL_SIZE`); SQLite
+            always uses one, since its writers serialise anyway.
+
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ZEUS_BSO_", env_file=".env", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    auto_migrate: Optional[bool] = None
+    token: Optional[str] = None
+    echo_sql: bool = False
+    log_level: str = "INFO"
+    pool_size: int = Field(default=10, gt=0)
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the database is SQLite."""
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def should_migrate(self) -> bool:
+        """Whether to migrate at start-up."""
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
