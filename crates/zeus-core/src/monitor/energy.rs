@@ -1,0 +1,674 @@
+//! [`EnergyMonitor`]: the measurement windows behind `zeus.monitor.ZeusMonitor`.
+//!
+//! Windows are keyed by name and independent of each other, so any number can be open at once,
+//! nested or overlapping. Opening one records the clock and every counter GPU's energy counter;
+//! closing it reads them again. GPUs without a counter (pre-Volta) are integrated from a
+//! [`PowerMonitor`] timeline.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::counter::{counter_delta_joules, py_float};
+use super::error::{MonitorError, MonitorResult};
+use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
+use crate::device::{GpuResult, Gpus};
+
+/// Counter refresh period assumed when the backend does not say (NVML never does): boards from
+/// Volta on refresh power and energy within 100 ms.
+pub const DEFAULT_COUNTER_UPDATE_PERIOD: f64 = 0.1;
+/// Counter and timeline energies further apart than this fraction get reported ...
+pub const DISAGREEMENT_REL: f64 = 0.10;
+/// ... if they also differ by at least this many joules ...
+pub const DISAGREEMENT_ABS_J: f64 = 1.0;
+/// ... and the window spans at least this many sampling periods (shorter windows are noise).
+pub const DISAGREEMENT_MIN_PERIODS: f64 = 10.0;
+
+/// An open window as reported by [`EnergyMonitor::open_windows`]: key, start time, and the
+/// start energy (J) of each counter GPU.
+pub type OpenWindowState = (String, f64, Vec<(usize, f64)>);
+
+/// Time (s) and energy (J) of one window, energy in the monitor's `gpu_indices` order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    pub time: f64,
+    pub energy: Vec<(usize, f64)>,
+}
+
+impl Measurement {
+    pub fn total_energy(&self) -> f64 {
+        self.energy.iter().map(|(_, e)| e).sum()
+    }
+}
+
+/// Instantaneous power read before the closing CUDA sync (`approx_instant_energy`): W per
+/// monitored GPU and how long the reads took (s).
+#[derive(Debug, Clone)]
+pub struct InstantPower {
+    pub watts: Vec<f64>,
+    pub read_time: f64,
+}
+
+/// The result of closing a window: the measurement and any quality warnings about it.
+#[derive(Debug, Clone)]
+pub struct WindowEnd {
+    pub measurement: Measurement,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug)]
+struct OpenWindow {
+    start: f64,
+    /// Counter readings (mJ), one per monitored GPU; 0 for GPUs without a counter.
+    counters_mj: Vec<u64>,
+}
+
+/// Measurement windows over a fixed set of GPUs.
+pub struct EnergyMonitor {
+    gpus: Gpus,
+    indices: Vec<usize>,
+    has_counter: Vec<bool>,
+    /// Per monitored GPU: the counter refresh period (s), for the short-window warning.
+    counter_period: Vec<f64>,
+    windows: HashMap<String, OpenWindow>,
+    /// Timeline for the GPUs without a counter, owned by this monitor.
+    own_power: Option<Arc<PowerMonitor>>,
+    /// A caller's timeline to cross-check counter energies against.
+    check_power: Option<Arc<PowerMonitor>>,
+    /// Per monitored GPU: its column in `own_power` / `check_power`.
+    own_col: Vec<Option<usize>>,
+    check_col: Vec<Option<usize>>,
+    warned_short: HashSet<String>,
+    log: Option<BufWriter<File>>,
+    /// Row buffer reused for log lines.
+    line: String,
+}
+
+impl std::fmt::Debug for EnergyMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnergyMonitor")
+            .field("gpu_indices", &self.indices)
+            .field("has_counter", &self.has_counter)
+            .field("open_windows", &self.windows.len())
+            .finish()
+    }
+}
+
+fn columns(indices: &[usize], pm: Option<&Arc<PowerMonitor>>) -> Vec<Option<usize>> {
+    indices
+        .iter()
+        .map(|i| pm.and_then(|pm| pm.gpu_indices().iter().position(|j| j == i)))
+        .collect()
+}
+
+impl EnergyMonitor {
+    /// Monitor `indices` (visible indices; `None` = all). GPUs without an energy counter get a
+    /// [`PowerMonitor`] (sampling period inferred). `log_file` gets the reference's CSV header
+    /// now and one row per closed window. `check_power`, if given, is a timeline that counter
+    /// energies are cross-checked against.
+    pub fn new(
+        gpus: Gpus,
+        indices: Option<Vec<usize>>,
+        log_file: Option<&Path>,
+        check_power: Option<Arc<PowerMonitor>>,
+    ) -> MonitorResult<EnergyMonitor> {
+        let indices = indices.unwrap_or_else(|| (0..gpus.len()).collect());
+        check_indices(&gpus, &indices)?;
+        let mut has_counter = Vec::with_capacity(indices.len());
+        let mut counter_period = Vec::with_capacity(indices.len());
+        for &i in &indices {
+            let dev = gpus.device(i)?;
+            has_counter.push(dev.supports_total_energy_consumption()?);
+            counter_period.push(
+                dev.power_update_period()
+                    .unwrap_or(DEFAULT_COUNTER_UPDATE_PERIOD),
+            );
+        }
+        let old: Vec<usize> = indices
+            .iter()
+            .zip(&has_counter)
+            .filter(|(_, c)| !**c)
+            .map(|(i, _)| *i)
+            .collect();
+        let own_power = if old.is_empty() {
+            None
+        } else {
+            Some(Arc::new(PowerMonitor::new(
+                gpus.clone(),
+                Some(old),
+                PowerMonitorOptions::default(),
+            )?))
+        };
+        let log = match log_file {
+            None => None,
+            Some(p) => Some(open_log(p, &indices)?),
+        };
+        Ok(EnergyMonitor {
+            own_col: columns(&indices, own_power.as_ref()),
+            check_col: columns(&indices, check_power.as_ref()),
+            gpus,
+            indices,
+            has_counter,
+            counter_period,
+            windows: HashMap::new(),
+            own_power,
+            check_power,
+            warned_short: HashSet::new(),
+            log,
+            line: String::new(),
+        })
+    }
+
+    pub fn gpus(&self) -> &Gpus {
+        &self.gpus
+    }
+
+    pub fn gpu_indices(&self) -> &[usize] {
+        &self.indices
+    }
+
+    /// Whether each monitored GPU has an energy counter.
+    pub fn has_counter(&self) -> &[bool] {
+        &self.has_counter
+    }
+
+    /// The power monitor of the GPUs without a counter, if any.
+    pub fn power_monitor(&self) -> Option<&Arc<PowerMonitor>> {
+        self.own_power.as_ref()
+    }
+
+    /// Open windows: key, start time, and start energy (J) of each counter GPU.
+    pub fn open_windows(&self) -> Vec<OpenWindowState> {
+        self.windows
+            .iter()
+            .map(|(k, w)| {
+                let e = self
+                    .indices
+                    .iter()
+                    .zip(&self.has_counter)
+                    .zip(&w.counters_mj)
+                    .filter(|((_, c), _)| **c)
+                    .map(|((i, _), mj)| (*i, *mj as f64 / 1000.0))
+                    .collect();
+                (k.clone(), w.start, e)
+            })
+            .collect()
+    }
+
+    pub fn is_open(&self, key: &str) -> bool {
+        self.windows.contains_key(key)
+    }
+
+    fn read_counters(&self) -> GpuResult<Vec<u64>> {
+        let mut out = Vec::with_capacity(self.indices.len());
+        for (k, &i) in self.indices.iter().enumerate() {
+            out.push(if self.has_counter[k] {
+                self.gpus.device(i)?.total_energy_consumption()?
+            } else {
+                0
+            });
+        }
+        Ok(out)
+    }
+
+    /// A manual (virtual-clock) timeline only grows when sampled, so sample at window edges;
+    /// on a running sampler this adds exact edge points, which only helps.
+    fn sample_edges(&self) -> GpuResult<()> {
+        if let Some(pm) = &self.own_power {
+            pm.sample_now()?;
+        }
+        Ok(())
+    }
+
+    /// Open window `key`. `ValueError`-style error if it is already open.
+    pub fn begin_window(&mut self, key: &str) -> MonitorResult<()> {
+        if self.windows.contains_key(key) {
+            return Err(MonitorError::InvalidArg(format!(
+                "Measurement window '{key}' already exists"
+            )));
+        }
+        let start = self.gpus.now();
+        let counters_mj = self.read_counters()?;
+        self.sample_edges()?;
+        self.windows
+            .insert(key.to_owned(), OpenWindow { start, counters_mj });
+        Ok(())
+    }
+
+    /// Close window `key`. With `cancel` the window is dropped: zeros, no log row, no warnings.
+    /// `instant` (the `approx_instant_energy` reads) fills in GPUs whose energy came out as
+    /// exactly zero, as the reference does.
+    pub fn end_window(
+        &mut self,
+        key: &str,
+        cancel: bool,
+        instant: Option<&InstantPower>,
+    ) -> MonitorResult<WindowEnd> {
+        let Some(w) = self.windows.remove(key) else {
+            return Err(MonitorError::InvalidArg(format!(
+                "Measurement window '{key}' does not exist"
+            )));
+        };
+        if cancel {
+            return Ok(WindowEnd {
+                measurement: Measurement {
+                    time: 0.0,
+                    energy: self.indices.iter().map(|&i| (i, 0.0)).collect(),
+                },
+                warnings: Vec::new(),
+            });
+        }
+        let end = self.gpus.now();
+        let counters = self.read_counters()?;
+        let time = end - w.start;
+        let mut warnings = Vec::new();
+        let own = match &self.own_power {
+            Some(pm) => {
+                pm.sample_now()?;
+                if let Some(e) = pm.take_error() {
+                    return Err(e.into());
+                }
+                pm.get_energy(w.start, end)
+            }
+            None => None,
+        };
+        let mut energy = Vec::with_capacity(self.indices.len());
+        for (k, &i) in self.indices.iter().enumerate() {
+            let mut e = if self.has_counter[k] {
+                counter_delta_joules(w.counters_mj[k], counters[k])
+            } else {
+                match (&own, self.own_col[k]) {
+                    (Some(v), Some(c)) => v[c],
+                    _ => 0.0,
+                }
+            };
+            if let Some(ip) = instant {
+                if e == 0.0 {
+                    e = ip.watts[k] * (time - ip.read_time);
+                }
+            }
+            energy.push((i, e));
+        }
+        if time < self.shortest_relevant_period() && !self.warned_short.contains(key) {
+            self.warned_short.insert(key.to_owned());
+            warnings.push(format!(
+                "Measurement window '{key}' lasted {} s, shorter than the GPU energy counter's \
+                 update period ({} s): its energy is unreliable. This warning is shown once per window name.",
+                py_float(time),
+                py_float(self.shortest_relevant_period())
+            ));
+        }
+        self.cross_check(key, w.start, end, &energy, &mut warnings);
+        if let Some(log) = self.log.as_mut() {
+            self.line.clear();
+            self.line.push_str(&py_float(w.start));
+            self.line.push(',');
+            self.line.push_str(key);
+            self.line.push(',');
+            self.line.push_str(&py_float(time));
+            for (_, e) in &energy {
+                self.line.push(',');
+                self.line.push_str(&py_float(*e));
+            }
+            self.line.push('\n');
+            log.write_all(self.line.as_bytes())?;
+            log.flush()?;
+        }
+        Ok(WindowEnd {
+            measurement: Measurement { time, energy },
+            warnings,
+        })
+    }
+
+    /// The update period that bounds how short a window can be measured: the slowest counter
+    /// among the monitored GPUs.
+    fn shortest_relevant_period(&self) -> f64 {
+        self.counter_period.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn cross_check(
+        &self,
+        key: &str,
+        start: f64,
+        end: f64,
+        energy: &[(usize, f64)],
+        warnings: &mut Vec<String>,
+    ) {
+        let Some(pm) = &self.check_power else { return };
+        if end - start < DISAGREEMENT_MIN_PERIODS * pm.update_period() {
+            return;
+        }
+        let Some(timeline) = pm.get_energy(start, end) else {
+            return;
+        };
+        for (k, (i, counter)) in energy.iter().enumerate() {
+            let (true, Some(c)) = (self.has_counter[k], self.check_col[k]) else {
+                continue;
+            };
+            let sampled = timeline[c];
+            let diff = (counter - sampled).abs();
+            if diff >= DISAGREEMENT_ABS_J
+                && diff > DISAGREEMENT_REL * counter.abs().max(sampled.abs())
+            {
+                warnings.push(format!(
+                    "Measurement window '{key}': GPU {i}'s energy counter says {} J but its power \
+                     timeline integrates to {} J ({:.0}% apart); one of the two readings is off.",
+                    py_float(*counter),
+                    py_float(sampled),
+                    100.0 * diff / counter.abs().max(sampled.abs())
+                ));
+            }
+        }
+    }
+}
+
+fn open_log(path: &Path, indices: &[usize]) -> MonitorResult<BufWriter<File>> {
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)?;
+        }
+    }
+    let mut w = BufWriter::new(File::create(path)?);
+    let mut header = String::from("start_time,window_name,elapsed_time");
+    for i in indices {
+        header.push_str(&format!(",gpu{i}_energy"));
+    }
+    header.push('\n');
+    w.write_all(header.as_bytes())?;
+    w.flush()?;
+    Ok(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::power::tests::sim;
+    use super::*;
+    use crate::device::sim::Load;
+    use crate::device::{Architecture, BackendKind, Clock, Gpu, GpuError};
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A GPU whose counter the test sets, `width` bits wide (wraps), on a shared test clock.
+    struct CounterGpu {
+        counter: AtomicU64,
+    }
+
+    struct TestClock(AtomicU64);
+    impl Clock for TestClock {
+        fn now(&self) -> f64 {
+            self.0.load(Ordering::SeqCst) as f64
+        }
+        fn is_virtual(&self) -> bool {
+            true
+        }
+    }
+
+    fn ns<T>(what: &str) -> GpuResult<T> {
+        Err(GpuError::NotSupported(what.into()))
+    }
+
+    impl Gpu for CounterGpu {
+        fn name(&self) -> GpuResult<String> {
+            Ok("Counter".into())
+        }
+        fn uuid(&self) -> GpuResult<String> {
+            Ok(format!("GPU-{:p}", self))
+        }
+        fn architecture(&self) -> GpuResult<Architecture> {
+            Ok(Architecture::Ampere)
+        }
+        fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
+            ns("constraints")
+        }
+        fn power_management_limit_default(&self) -> GpuResult<u32> {
+            ns("default")
+        }
+        fn power_management_limit(&self) -> GpuResult<u32> {
+            ns("limit")
+        }
+        fn set_power_management_limit(&self, _: u32) -> GpuResult<()> {
+            ns("set limit")
+        }
+        fn persistence_mode(&self) -> GpuResult<bool> {
+            ns("pm")
+        }
+        fn set_persistence_mode(&self, _: bool) -> GpuResult<()> {
+            ns("pm")
+        }
+        fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>> {
+            ns("mem")
+        }
+        fn supported_graphics_clocks(&self, _: u32) -> GpuResult<Vec<u32>> {
+            ns("gfx")
+        }
+        fn set_gpu_locked_clocks(&self, _: u32, _: u32) -> GpuResult<()> {
+            ns("lock")
+        }
+        fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
+            ns("lock")
+        }
+        fn set_memory_locked_clocks(&self, _: u32, _: u32) -> GpuResult<()> {
+            ns("lock")
+        }
+        fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
+            ns("lock")
+        }
+        fn average_power_usage(&self) -> GpuResult<u32> {
+            Ok(100_000)
+        }
+        fn instant_power_usage(&self) -> GpuResult<u32> {
+            Ok(100_000)
+        }
+        fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
+            Ok(true)
+        }
+        fn total_energy_consumption(&self) -> GpuResult<u64> {
+            Ok(self.counter.load(Ordering::SeqCst))
+        }
+        fn power_update_period(&self) -> Option<f64> {
+            Some(0.5)
+        }
+    }
+
+    fn counter_gpus(n: usize) -> (Vec<Arc<CounterGpu>>, Arc<TestClock>, Gpus) {
+        let devs: Vec<Arc<CounterGpu>> = (0..n)
+            .map(|_| {
+                Arc::new(CounterGpu {
+                    counter: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let clock = Arc::new(TestClock(AtomicU64::new(100)));
+        let all: Vec<Arc<dyn Gpu>> = devs.iter().map(|d| d.clone() as Arc<dyn Gpu>).collect();
+        let gpus = Gpus::with_indices(BackendKind::Sim, all, (0..n).collect(), clock.clone());
+        (devs, clock, gpus)
+    }
+
+    #[test]
+    fn key_rules() {
+        let (_d, _c, gpus) = counter_gpus(1);
+        let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+        m.begin_window("a").unwrap();
+        let e = m.begin_window("a").unwrap_err().to_string();
+        assert_eq!(e, "Measurement window 'a' already exists");
+        let e = m.end_window("b", false, None).unwrap_err().to_string();
+        assert_eq!(e, "Measurement window 'b' does not exist");
+        m.end_window("a", false, None).unwrap();
+        assert!(m.end_window("a", false, None).is_err());
+        m.begin_window("a").unwrap();
+        let r = m.end_window("a", true, None).unwrap();
+        assert_eq!(
+            r.measurement,
+            Measurement {
+                time: 0.0,
+                energy: vec![(0, 0.0)]
+            }
+        );
+        assert!(r.warnings.is_empty());
+    }
+
+    #[test]
+    fn counter_wrap_across_a_window() {
+        let (d, c, gpus) = counter_gpus(1);
+        let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+        d[0].counter.store(u64::MAX - 999, Ordering::SeqCst);
+        m.begin_window("w").unwrap();
+        d[0].counter.store(1500, Ordering::SeqCst);
+        c.0.fetch_add(2, Ordering::SeqCst);
+        let r = m.end_window("w", false, None).unwrap().measurement;
+        assert_eq!(r.time, 2.0);
+        assert_eq!(r.energy, vec![(0, 2.5)]);
+    }
+
+    #[test]
+    fn short_window_warns_once_per_key() {
+        let (_d, c, gpus) = counter_gpus(2);
+        let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+        for (key, want) in [("x", 1), ("x", 0), ("y", 1)] {
+            m.begin_window(key).unwrap();
+            let w = m.end_window(key, false, None).unwrap().warnings;
+            assert_eq!(w.len(), want, "{key}: {w:?}");
+        }
+        m.begin_window("z").unwrap();
+        c.0.fetch_add(1, Ordering::SeqCst); // 1 s > 0.5 s period
+        assert!(m.end_window("z", false, None).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn log_rows_are_reference_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/dir/log.csv");
+        let (d, c, gpus) = counter_gpus(2);
+        let mut m = EnergyMonitor::new(gpus, Some(vec![1, 0]), Some(&path), None).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+        );
+        m.begin_window("outer").unwrap();
+        d[0].counter.store(1000, Ordering::SeqCst);
+        d[1].counter.store(3000, Ordering::SeqCst);
+        c.0.fetch_add(1, Ordering::SeqCst);
+        m.begin_window("inner").unwrap();
+        d[0].counter.store(1250, Ordering::SeqCst);
+        c.0.fetch_add(2, Ordering::SeqCst);
+        m.end_window("inner", false, None).unwrap();
+        m.begin_window("gone").unwrap();
+        m.end_window("gone", true, None).unwrap();
+        m.end_window("outer", false, None).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rows: Vec<&str> = text.lines().collect();
+        assert_eq!(rows[1], "101.0,inner,2.0,0.0,0.25");
+        assert_eq!(rows[2], "100.0,outer,3.0,3.0,1.25");
+        assert_eq!(rows.len(), 3, "cancelled windows are not logged");
+    }
+
+    #[test]
+    fn approx_instant_energy_fills_zero_energies() {
+        let (_d, c, gpus) = counter_gpus(2);
+        let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+        m.begin_window("w").unwrap();
+        c.0.fetch_add(4, Ordering::SeqCst);
+        let ip = InstantPower {
+            watts: vec![10.0, 20.0],
+            read_time: 1.0,
+        };
+        let r = m.end_window("w", false, Some(&ip)).unwrap().measurement;
+        assert_eq!(r.energy, vec![(0, 30.0), (1, 60.0)]);
+    }
+
+    #[test]
+    fn pre_volta_from_timeline_and_cross_check() {
+        let (c, gpus) = sim(&["P100", "A40"], true);
+        let check = Arc::new(
+            PowerMonitor::new(
+                gpus.clone(),
+                Some(vec![1]),
+                PowerMonitorOptions {
+                    update_period: Some(0.01),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
+        let mut m = EnergyMonitor::new(gpus, None, None, Some(check.clone())).unwrap();
+        assert_eq!(m.has_counter(), &[false, true]);
+        let pm = m.power_monitor().unwrap().clone();
+        assert_eq!(pm.gpu_indices(), &[0]);
+        let e0: Vec<f64> = c.devices().iter().map(|d| d.true_energy_j()).collect();
+        m.begin_window("w").unwrap();
+        for d in c.devices() {
+            d.set_load(Load::Busy);
+        }
+        for _ in 0..300 {
+            c.clock().advance(0.01);
+            pm.sample_now().unwrap();
+            check.sample_now().unwrap();
+        }
+        let r = m.end_window("w", false, None).unwrap();
+        for (k, d) in c.devices().iter().enumerate() {
+            let want = d.true_energy_j() - e0[k];
+            let got = r.measurement.energy[k].1;
+            assert!((got - want).abs() / want < 0.02, "GPU {k}: {got} vs {want}");
+        }
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+
+        // Now the timeline misses a burst that the counter sees: reported.
+        m.begin_window("v").unwrap();
+        for _ in 0..30 {
+            c.clock().advance(0.01);
+            check.sample_now().unwrap();
+        }
+        c.devices()[1].set_load(Load::Idle);
+        c.clock().advance(3.0);
+        check.sample_now().unwrap();
+        c.devices()[1].set_load(Load::Busy);
+        // The check timeline interpolates busy→busy across the idle gap: too much energy.
+        let r = m.end_window("v", false, None).unwrap();
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("GPU 1") && w.contains("power timeline")),
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    proptest! {
+        /// For any interleaving of begins and ends over several GPUs, each window's energy is
+        /// the counter difference over exactly its own span, and its time is its own span.
+        #[test]
+        fn windows_are_independent(ops in proptest::collection::vec((0usize..4, any::<bool>(), 0u64..5_000, 0u64..3), 1..80)) {
+            let (d, c, gpus) = counter_gpus(3);
+            let mut m = EnergyMonitor::new(gpus, Some(vec![2, 0]), None, None).unwrap();
+            let mut open: HashMap<String, (f64, [u64; 3])> = HashMap::new();
+            let mut energy = [0u64; 3];
+            for (k, begin, inc, dt) in ops {
+                let key = format!("w{k}");
+                for (g, dev) in d.iter().enumerate() {
+                    energy[g] = energy[g].wrapping_add(inc * (g as u64 + 1));
+                    dev.counter.store(energy[g], Ordering::SeqCst);
+                }
+                c.0.fetch_add(dt, Ordering::SeqCst);
+                let now = c.now();
+                if begin {
+                    let r = m.begin_window(&key);
+                    prop_assert_eq!(r.is_ok(), !open.contains_key(&key));
+                    open.entry(key).or_insert((now, energy));
+                } else {
+                    let r = m.end_window(&key, false, None);
+                    match open.remove(&key) {
+                        None => prop_assert!(r.is_err()),
+                        Some((t0, e0)) => {
+                            let r = r.unwrap().measurement;
+                            prop_assert_eq!(r.time, now - t0);
+                            prop_assert_eq!(r.energy[0], (2, (energy[2] - e0[2]) as f64 / 1000.0));
+                            prop_assert_eq!(r.energy[1], (0, (energy[0] - e0[0]) as f64 / 1000.0));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

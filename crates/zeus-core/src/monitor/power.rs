@@ -1,0 +1,443 @@
+//! [`PowerMonitor`]: a std thread that samples the power of chosen GPUs at a fixed period into a
+//! bounded [`Timeline`], and [`infer_counter_update_period`], which finds how often the driver
+//! refreshes its power reading.
+//!
+//! The thread sleeps on a condition variable until its next tick (no busy polling), and
+//! [`PowerMonitor::stop`] wakes it at once. On a virtual clock a thread sleeping in real time
+//! would never see time move, so there the monitor is manual by default: whoever moves the clock
+//! calls [`PowerMonitor::sample_now`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::error::{MonitorError, MonitorResult};
+use super::timeline::Timeline;
+use crate::device::{GpuError, GpuResult, Gpus};
+
+/// The longest sampling period chosen automatically, seconds.
+pub const MAX_AUTO_PERIOD: f64 = 0.1;
+/// Shortest period accepted, seconds (a tighter loop is busy polling in all but name).
+pub const MIN_PERIOD: f64 = 1e-4;
+/// How long period detection may sample one GPU model.
+const DETECT_BUDGET: Duration = Duration::from_millis(600);
+/// Value changes to observe before trusting the detected period.
+const DETECT_CHANGES: usize = 6;
+/// Default timeline length in time: one hour of samples, at most [`MAX_DEFAULT_SAMPLES`].
+const DEFAULT_SPAN_S: f64 = 3600.0;
+const MAX_DEFAULT_SAMPLES: usize = 1 << 20;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Readers and the sampler only push/read plain numbers; a panic elsewhere cannot leave the
+    // data half-written in a harmful way.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Detect how often the power reading of GPU `index` changes, by reading it back to back and
+/// taking the shortest interval between changes. Uses the backend's own figure when it has one
+/// (the simulator; a virtual clock cannot be sampled in real time anyway).
+///
+/// `Ok(None)` when the reading did not change often enough within the time budget (an idle
+/// board can hold a value for long), so the caller can fall back to a default.
+pub fn detect_update_period(gpus: &Gpus, index: usize) -> GpuResult<Option<f64>> {
+    let dev = gpus.device(index)?;
+    if let Some(p) = dev.power_update_period() {
+        return Ok(Some(p));
+    }
+    if gpus.clock().is_virtual() {
+        return Ok(None);
+    }
+    let begin = Instant::now();
+    let mut last = dev.average_power_usage()?;
+    let mut changes: Vec<Instant> = Vec::with_capacity(DETECT_CHANGES);
+    while changes.len() < DETECT_CHANGES && begin.elapsed() < DETECT_BUDGET {
+        let v = dev.average_power_usage()?;
+        if v != last {
+            changes.push(Instant::now());
+            last = v;
+        }
+    }
+    // The first change happens at an unknown phase; only intervals between changes count.
+    let shortest = changes
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .fold(f64::INFINITY, f64::min);
+    Ok(shortest.is_finite().then_some(shortest))
+}
+
+/// The sampling period the reference intends for `indices`: half the shortest counter update
+/// period among the GPU models (each model sampled once), capped at [`MAX_AUTO_PERIOD`].
+///
+/// This fixes the reference's bug (inventory §5.1), where the running minimum started at 0 and
+/// the result was always 0, i.e. busy polling. When no period can be detected the cap is used.
+pub fn infer_counter_update_period(gpus: &Gpus, indices: &[usize]) -> GpuResult<f64> {
+    let mut by_model: HashMap<String, Option<f64>> = HashMap::new();
+    for &i in indices {
+        let name = gpus.device(i)?.name()?;
+        if let std::collections::hash_map::Entry::Vacant(slot) = by_model.entry(name) {
+            slot.insert(detect_update_period(gpus, i)?);
+        }
+    }
+    let shortest = by_model
+        .values()
+        .flatten()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    if !shortest.is_finite() {
+        return Ok(MAX_AUTO_PERIOD);
+    }
+    Ok((shortest / 2.0).clamp(MIN_PERIOD, MAX_AUTO_PERIOD))
+}
+
+/// Construction options of a [`PowerMonitor`].
+#[derive(Debug, Clone, Default)]
+pub struct PowerMonitorOptions {
+    /// Sampling period in seconds; `None` infers it ([`infer_counter_update_period`]).
+    pub update_period: Option<f64>,
+    /// Timeline length in samples; `None` keeps an hour's worth (at most 2^20 samples).
+    pub max_samples: Option<usize>,
+    /// Run the sampling thread. `None` means yes on the real clock, no on a virtual clock.
+    pub background: Option<bool>,
+}
+
+struct Shared {
+    gpus: Gpus,
+    indices: Vec<usize>,
+    period: f64,
+    timeline: Mutex<Timeline>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    /// The first device error the thread hit (it stops sampling then).
+    error: Mutex<Option<GpuError>>,
+}
+
+impl Shared {
+    /// Read every GPU and append one sample stamped with the backend clock. The timeline lock
+    /// is held across the reads so that concurrent samplers append in time order.
+    fn sample(&self, buf: &mut Vec<u32>) -> GpuResult<bool> {
+        let mut tl = lock(&self.timeline);
+        let t = self.gpus.now();
+        if tl.last_time().is_some_and(|last| t <= last) {
+            return Ok(false);
+        }
+        buf.clear();
+        for &i in &self.indices {
+            buf.push(self.gpus.device(i)?.average_power_usage()?);
+        }
+        Ok(tl.push(t, buf))
+    }
+
+    fn run(self: Arc<Self>) {
+        let period = Duration::from_secs_f64(self.period);
+        let mut buf = Vec::with_capacity(self.indices.len());
+        let mut next = Instant::now();
+        loop {
+            if let Err(e) = self.sample(&mut buf) {
+                *lock(&self.error) = Some(e);
+                return;
+            }
+            // Ticks stay on a fixed grid; ticks missed while we were slow are skipped rather
+            // than made up in a burst.
+            next += period;
+            let now = Instant::now();
+            if next <= now {
+                let behind = (now - next).as_secs_f64() / self.period;
+                next += period.mul_f64(behind.floor() + 1.0);
+            }
+            let mut stopped = lock(&self.stop);
+            while !*stopped {
+                let now = Instant::now();
+                if now >= next {
+                    break;
+                }
+                stopped = self
+                    .wake
+                    .wait_timeout(stopped, next - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            if *stopped {
+                return;
+            }
+        }
+    }
+}
+
+/// Samples power of some GPUs into a bounded timeline. Dropping it stops the thread.
+pub struct PowerMonitor {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for PowerMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PowerMonitor")
+            .field("gpu_indices", &self.shared.indices)
+            .field("update_period", &self.shared.period)
+            .field("running", &self.is_running())
+            .finish()
+    }
+}
+
+impl PowerMonitor {
+    /// Start monitoring `indices` (visible indices; `None` = all GPUs).
+    pub fn new(
+        gpus: Gpus,
+        indices: Option<Vec<usize>>,
+        options: PowerMonitorOptions,
+    ) -> MonitorResult<PowerMonitor> {
+        let indices = match indices {
+            None => (0..gpus.len()).collect(),
+            Some(v) => v,
+        };
+        check_indices(&gpus, &indices)?;
+        let period = match options.update_period {
+            Some(p) if p.is_finite() && p >= MIN_PERIOD => p,
+            Some(p) => {
+                return Err(MonitorError::InvalidArg(format!(
+                    "update_period must be at least {MIN_PERIOD} s, got {p}"
+                )))
+            }
+            None => infer_counter_update_period(&gpus, &indices)?,
+        };
+        let capacity = match options.max_samples {
+            Some(0) => {
+                return Err(MonitorError::InvalidArg(
+                    "max_samples must be at least 1, got 0".into(),
+                ))
+            }
+            Some(n) => n,
+            None => ((DEFAULT_SPAN_S / period).ceil() as usize).clamp(2, MAX_DEFAULT_SAMPLES),
+        };
+        let background = options
+            .background
+            .unwrap_or_else(|| !gpus.clock().is_virtual());
+        let shared = Arc::new(Shared {
+            timeline: Mutex::new(Timeline::new(indices.len(), capacity)),
+            gpus,
+            indices,
+            period,
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            error: Mutex::new(None),
+        });
+        let thread = if background {
+            let s = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("zeus-power-monitor".into())
+                    .spawn(move || s.run())
+                    .map_err(MonitorError::Io)?,
+            )
+        } else {
+            None
+        };
+        Ok(PowerMonitor {
+            shared,
+            thread: Mutex::new(thread),
+        })
+    }
+
+    pub fn gpu_indices(&self) -> &[usize] {
+        &self.shared.indices
+    }
+
+    /// Sampling period, seconds.
+    pub fn update_period(&self) -> f64 {
+        self.shared.period
+    }
+
+    pub fn gpus(&self) -> &Gpus {
+        &self.shared.gpus
+    }
+
+    /// Whether the sampling thread is alive.
+    pub fn is_running(&self) -> bool {
+        lock(&self.thread)
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
+    }
+
+    /// Take one sample now (on any clock). `Ok(false)` if the clock has not moved since the last
+    /// sample, in which case nothing is added.
+    pub fn sample_now(&self) -> GpuResult<bool> {
+        let mut buf = Vec::with_capacity(self.shared.indices.len());
+        self.shared.sample(&mut buf)
+    }
+
+    /// Stop the sampling thread (idempotent); samples taken so far stay readable.
+    pub fn stop(&self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.wake.notify_all();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+    }
+
+    /// The device error that stopped the sampling thread, if any (taken: reported once).
+    pub fn take_error(&self) -> Option<GpuError> {
+        lock(&self.shared.error).take()
+    }
+
+    /// Energy (J) per monitored GPU over `[start, end]`, in `gpu_indices` order (see
+    /// [`Timeline::energy`]).
+    pub fn get_energy(&self, start: f64, end: f64) -> Option<Vec<f64>> {
+        lock(&self.shared.timeline).energy(start, end)
+    }
+
+    /// Power (W) per monitored GPU at `time` (see [`Timeline::power`]).
+    pub fn get_power(&self, time: Option<f64>) -> Option<Vec<f64>> {
+        lock(&self.shared.timeline).power(time)
+    }
+
+    /// Number of samples held.
+    pub fn num_samples(&self) -> usize {
+        lock(&self.shared.timeline).len()
+    }
+
+    /// Run `f` on the timeline (under its lock).
+    pub fn with_timeline<R>(&self, f: impl FnOnce(&Timeline) -> R) -> R {
+        f(&lock(&self.shared.timeline))
+    }
+}
+
+impl Drop for PowerMonitor {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Check visible indices: non-empty, in range, no repeats.
+pub(crate) fn check_indices(gpus: &Gpus, indices: &[usize]) -> MonitorResult<()> {
+    if indices.is_empty() {
+        return Err(MonitorError::InvalidArg(
+            "gpu_indices must not be empty".into(),
+        ));
+    }
+    for (k, &i) in indices.iter().enumerate() {
+        if i >= gpus.len() {
+            return Err(MonitorError::InvalidArg(format!(
+                "GPU index {i} is out of range: {} GPU(s) are visible",
+                gpus.len()
+            )));
+        }
+        if indices[..k].contains(&i) {
+            return Err(MonitorError::InvalidArg(format!(
+                "GPU index {i} appears twice in gpu_indices {indices:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::device::sim::{preset, Load, SimCluster, SimConfig};
+    use crate::device::{BackendKind, Clock, Gpu};
+
+    pub(crate) fn sim(keys: &[&str], virtual_clock: bool) -> (Arc<SimCluster>, Gpus) {
+        let c = Arc::new(SimCluster::new(SimConfig {
+            presets: keys.iter().map(|k| preset::find(k).unwrap()).collect(),
+            virtual_clock,
+            privileged: true,
+            curve: None,
+            load: Load::Idle,
+        }));
+        let all: Vec<Arc<dyn Gpu>> = c
+            .devices()
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Gpu>)
+            .collect();
+        let n = all.len();
+        let clock: Arc<dyn Clock> = c.clock();
+        let gpus = Gpus::with_indices(BackendKind::Sim, all, (0..n).collect(), clock);
+        (c, gpus)
+    }
+
+    #[test]
+    fn inferred_period_is_half_the_update_period_capped() {
+        let (_c, gpus) = sim(&["P100", "A40"], true);
+        let p100 = gpus.device(0).unwrap().power_update_period().unwrap();
+        let a40 = gpus.device(1).unwrap().power_update_period().unwrap();
+        let want = (p100.min(a40) / 2.0).min(MAX_AUTO_PERIOD);
+        assert!(want > 0.0);
+        assert_eq!(infer_counter_update_period(&gpus, &[0, 1]).unwrap(), want);
+    }
+
+    #[test]
+    fn manual_on_virtual_clock_and_integrates_true_energy() {
+        let (c, gpus) = sim(&["P100"], true);
+        let pm = PowerMonitor::new(gpus, None, PowerMonitorOptions::default()).unwrap();
+        assert!(!pm.is_running());
+        let dev = &c.devices()[0];
+        let t0 = c.clock().now();
+        let e0 = dev.true_energy_j();
+        assert!(pm.sample_now().unwrap());
+        assert!(!pm.sample_now().unwrap(), "clock did not move");
+        dev.set_load(Load::Busy);
+        for _ in 0..400 {
+            c.clock().advance(0.005);
+            pm.sample_now().unwrap();
+        }
+        let t1 = c.clock().now();
+        let got = pm.get_energy(t0, t1).unwrap()[0];
+        let want = dev.true_energy_j() - e0;
+        assert!((got - want).abs() / want < 0.02, "{got} vs {want}");
+        assert_eq!(pm.num_samples(), 401);
+    }
+
+    #[test]
+    fn background_thread_samples_on_real_clock_and_stops_promptly() {
+        let (_c, gpus) = sim(&["A40", "V100"], false);
+        let pm = PowerMonitor::new(
+            gpus,
+            Some(vec![1, 0]),
+            PowerMonitorOptions {
+                update_period: Some(0.002),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(pm.is_running());
+        std::thread::sleep(Duration::from_millis(60));
+        let n = pm.num_samples();
+        assert!(n >= 5, "only {n} samples in 60 ms at 2 ms");
+        let begin = Instant::now();
+        pm.stop();
+        assert!(
+            begin.elapsed() < Duration::from_millis(50),
+            "stop must wake the sleeper"
+        );
+        assert!(!pm.is_running());
+        let after = pm.num_samples();
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(pm.num_samples(), after);
+        let p = pm.get_power(None).unwrap();
+        assert_eq!(p.len(), 2);
+        assert!(p.iter().all(|w| *w > 10.0), "{p:?}");
+    }
+
+    #[test]
+    fn bad_arguments_name_the_value() {
+        let (_c, gpus) = sim(&["A40"], true);
+        let err = |idx: Option<Vec<usize>>, period: Option<f64>| {
+            PowerMonitor::new(
+                gpus.clone(),
+                idx,
+                PowerMonitorOptions {
+                    update_period: period,
+                    ..Default::default()
+                },
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        assert!(err(Some(vec![]), None).contains("empty"));
+        assert!(err(Some(vec![3]), None).contains("GPU index 3"));
+        assert!(err(Some(vec![0, 0]), None).contains("twice"));
+        assert!(err(None, Some(0.0)).contains("got 0"));
+        assert!(err(None, Some(f64::NAN)).contains("NaN"));
+    }
+}
