@@ -20,31 +20,54 @@ fn main() {
     }
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest_dir.join("../..").canonicalize().unwrap();
-    for dir in ["crates/zeus-core/src", "crates/zeus-sim-nvml/src", "crates/zeus-cli/src"] {
+    for dir in [
+        "crates/zeus-core/src",
+        "crates/zeus-sim-nvml/src",
+        "crates/zeus-cli/src",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
-    let release = std::env::var("PROFILE").map(|p| p == "release").unwrap_or(false);
+    let release = std::env::var("PROFILE")
+        .map(|p| p == "release")
+        .unwrap_or(false);
     let target_dir = root.join("target").join("bundle");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
-        .args(["build", "-p", "zeus-sim-nvml", "-p", "zeus-cli", "--target-dir"])
+        .args([
+            "build",
+            "-p",
+            "zeus-sim-nvml",
+            "-p",
+            "zeus-cli",
+            "--target-dir",
+        ])
         .arg(&target_dir);
     if release {
         cmd.arg("--release");
     }
-    // Flags meant for the extension module (maturin's) must not leak into the nested build.
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_TARGET",
-        "CARGO_TARGET_DIR",
-        "PYO3_BUILD_EXTENSION_MODULE",
-        "CARGO_MAKEFLAGS",
-        "MAKEFLAGS",
-    ] {
-        cmd.env_remove(var);
+    // The nested build must not see this build script's environment: inherited
+    // CARGO_FEATURE_PYTHON would make the nested zeus-core build script recurse (and deadlock on
+    // the target-dir lock), and maturin's flags are meant for the extension module only.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        let keep = key == "CARGO_HOME" || key == "CARGO" || key == "CARGO_NET_OFFLINE";
+        if !keep
+            && (key.starts_with("CARGO_")
+                || key.starts_with("RUSTC")
+                || key.starts_with("PYO3_")
+                || key.starts_with("DEP_")
+                || matches!(
+                    key.as_str(),
+                    "RUSTFLAGS" | "MAKEFLAGS" | "MFLAGS" | "TARGET" | "HOST" | "OUT_DIR"
+                        | "PROFILE" | "OPT_LEVEL" | "DEBUG" | "NUM_JOBS"
+                ))
+        {
+            cmd.env_remove(&key);
+        }
     }
+    // Belt and braces: the nested zeus-core build script must never bundle again.
+    cmd.env("ZEUS_SKIP_BUNDLE", "1");
     let status = cmd
         .status()
         .expect("could not run cargo to build zeus-sim-nvml and zeus-cli");

@@ -3,6 +3,9 @@
 //! builds and links without Python.
 
 pub mod device;
+pub mod monitor;
+pub mod optimizer;
+pub mod simulate;
 pub mod util;
 
 #[cfg(feature = "python")]

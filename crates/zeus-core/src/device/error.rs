@@ -282,6 +282,9 @@ mod tests {
             let e = GpuError::from_nvml_code(code, "x");
             assert!(e.class_name().starts_with("ZeusGPU"));
         }
-        assert_eq!(GpuError::from_nvml_code(19, "x").class_name(), "ZeusGPUUnknownError");
+        assert_eq!(
+            GpuError::from_nvml_code(19, "x").class_name(),
+            "ZeusGPUUnknownError"
+        );
     }
 }

@@ -10,6 +10,7 @@
 //! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
 
 pub mod error;
+pub mod journal;
 pub mod nvml;
 pub mod sim;
 pub mod visible;
@@ -295,7 +296,9 @@ impl Gpus {
             .map(|d| d.name())
             .collect::<GpuResult<Vec<_>>>()?;
         if names.windows(2).any(|w| w[0] != w[1]) {
-            return Err(GpuError::Init(format!("Heterogeneous GPUs found: {names:?}")));
+            return Err(GpuError::Init(format!(
+                "Heterogeneous GPUs found: {names:?}"
+            )));
         }
         Ok(())
     }

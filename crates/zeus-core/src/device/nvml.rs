@@ -22,7 +22,8 @@ use super::{Architecture, Gpu, GpuError, GpuResult};
 static NVML: OnceLock<Nvml> = OnceLock::new();
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
-const NO_NVML_HINT: &str = "NVML (libnvidia-ml.so.1) could not be loaded, so no NVIDIA GPU can be used. \
+const NO_NVML_HINT: &str =
+    "NVML (libnvidia-ml.so.1) could not be loaded, so no NVIDIA GPU can be used. \
 On a machine without NVIDIA GPUs, opt in to the simulated GPU with ZEUS_GPU_BACKEND=sim \
 (ZEUS_SIM_GPUS=A40,V100 picks the models), or set ZEUS_NVML_LIB to the path of a libnvidia-ml.so.1 \
 (`python -m zeus.sim nvml-path` prints the simulated one)";
@@ -188,7 +189,10 @@ impl Gpu for NvmlGpu {
         )
     }
     fn persistence_mode(&self) -> GpuResult<bool> {
-        call!(self.device.is_in_persistent_mode(), "nvmlDeviceGetPersistenceMode")
+        call!(
+            self.device.is_in_persistent_mode(),
+            "nvmlDeviceGetPersistenceMode"
+        )
     }
     fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
         let mut d = self.handle("nvmlDeviceGetHandleByIndex")?;
@@ -218,7 +222,10 @@ impl Gpu for NvmlGpu {
     }
     fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
         let mut d = self.handle("nvmlDeviceGetHandleByIndex")?;
-        call!(d.reset_gpu_locked_clocks(), "nvmlDeviceResetGpuLockedClocks")
+        call!(
+            d.reset_gpu_locked_clocks(),
+            "nvmlDeviceResetGpuLockedClocks"
+        )
     }
     fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
         let mut d = self.handle("nvmlDeviceGetHandleByIndex")?;
@@ -229,7 +236,10 @@ impl Gpu for NvmlGpu {
     }
     fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
         let mut d = self.handle("nvmlDeviceGetHandleByIndex")?;
-        call!(d.reset_mem_locked_clocks(), "nvmlDeviceResetMemoryLockedClocks")
+        call!(
+            d.reset_mem_locked_clocks(),
+            "nvmlDeviceResetMemoryLockedClocks"
+        )
     }
     fn average_power_usage(&self) -> GpuResult<u32> {
         call!(self.device.power_usage(), "nvmlDeviceGetPowerUsage")

@@ -34,7 +34,10 @@ pub fn resolve(value: Option<&str>, uuids: &[String]) -> GpuResult<Vec<usize>> {
             let matches: Vec<usize> = uuids
                 .iter()
                 .enumerate()
-                .filter(|(_, u)| u.to_ascii_lowercase().starts_with(&entry.to_ascii_lowercase()))
+                .filter(|(_, u)| {
+                    u.to_ascii_lowercase()
+                        .starts_with(&entry.to_ascii_lowercase())
+                })
                 .map(|(i, _)| i)
                 .collect();
             match matches.as_slice() {
@@ -104,9 +107,15 @@ mod tests {
         let e = resolve(Some("zero"), &u).unwrap_err();
         assert!(e.to_string().contains("\"zero\""), "{e}");
         assert!(resolve(Some(""), &u).is_err());
-        assert!(resolve(Some("0,0"), &u).unwrap_err().to_string().contains("twice"));
+        assert!(resolve(Some("0,0"), &u)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
         assert!(resolve(Some("GPU-ffff"), &u).is_err());
-        assert!(resolve(Some("GPU-0000000"), &u).unwrap_err().to_string().contains("more than one"));
+        assert!(resolve(Some("GPU-0000000"), &u)
+            .unwrap_err()
+            .to_string()
+            .contains("more than one"));
     }
 
     proptest! {

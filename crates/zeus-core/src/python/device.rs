@@ -95,7 +95,11 @@ impl PyGpus {
         self.with_device(py, gpu_index, |d| d.power_management_limit_constraints())
     }
 
-    fn get_default_power_management_limit(&self, py: Python<'_>, gpu_index: usize) -> PyResult<u32> {
+    fn get_default_power_management_limit(
+        &self,
+        py: Python<'_>,
+        gpu_index: usize,
+    ) -> PyResult<u32> {
         self.with_device(py, gpu_index, |d| d.power_management_limit_default())
     }
 
@@ -148,6 +152,7 @@ impl PyGpus {
         self.with_device(py, gpu_index, |d| d.supported_memory_clocks())
     }
 
+    #[pyo3(signature = (gpu_index, memory_clock_mhz = None))]
     fn get_supported_graphics_clocks(
         &self,
         py: Python<'_>,
@@ -179,7 +184,12 @@ impl PyGpus {
     }
 
     #[pyo3(signature = (gpu_index, block = true))]
-    fn reset_gpu_locked_clocks(&self, py: Python<'_>, gpu_index: usize, block: bool) -> PyResult<()> {
+    fn reset_gpu_locked_clocks(
+        &self,
+        py: Python<'_>,
+        gpu_index: usize,
+        block: bool,
+    ) -> PyResult<()> {
         let _ = block;
         self.with_device(py, gpu_index, |d| d.reset_gpu_locked_clocks())
     }

@@ -5,7 +5,11 @@ use pyo3::prelude::*;
 
 pub(crate) mod device;
 pub(crate) mod errors;
+pub(crate) mod monitor;
+pub(crate) mod perseus;
+pub(crate) mod power_limit;
 pub(crate) mod sim;
+pub(crate) mod simulate;
 pub(crate) mod util;
 
 #[pymodule]
@@ -15,5 +19,9 @@ fn zeus_core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     device::register(m)?;
     sim::register(m)?;
     util::register(m)?;
+    monitor::register(m)?;
+    power_limit::register(m)?;
+    perseus::register(m)?;
+    simulate::register(m)?;
     Ok(())
 }

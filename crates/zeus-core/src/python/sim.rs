@@ -20,7 +20,11 @@ fn sim_device_count(py: Python<'_>) -> PyResult<usize> {
 /// Preset key of each simulated GPU.
 #[pyfunction]
 fn sim_presets(py: Python<'_>) -> PyResult<Vec<&'static str>> {
-    Ok(cluster(py)?.devices().iter().map(|d| d.preset().key).collect())
+    Ok(cluster(py)?
+        .devices()
+        .iter()
+        .map(|d| d.preset().key)
+        .collect())
 }
 
 /// All known preset keys.
@@ -87,7 +91,11 @@ fn sim_run(py: Python<'_>, indices: Vec<usize>, work: f64) -> PyResult<f64> {
 
 /// Replace a GPU's workload curve with `(power_limit W, time_per_epoch s, average_power W)` points.
 #[pyfunction]
-fn sim_set_workload_points(py: Python<'_>, index: usize, points: Vec<(f64, f64, f64)>) -> PyResult<()> {
+fn sim_set_workload_points(
+    py: Python<'_>,
+    index: usize,
+    points: Vec<(f64, f64, f64)>,
+) -> PyResult<()> {
     let curve = WorkloadCurve::new(
         points
             .into_iter()

@@ -83,12 +83,7 @@ impl State {
         let mem_max = preset.memory_clocks_mhz[0] as f64;
         let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| max as f64 / mem_max);
         self.curve
-            .steady_state(
-                self.power_limit_mw as f64 / 1000.0,
-                idle,
-                gpu_cap,
-                mem_cap,
-            )
+            .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap)
             .1
     }
 
@@ -97,16 +92,11 @@ impl State {
         let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
             max as f64 / preset.max_graphics_clock_mhz as f64
         });
-        let mem_cap = self
-            .mem_locked
-            .map_or(1.0, |(_, max)| max as f64 / preset.memory_clocks_mhz[0] as f64);
+        let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| {
+            max as f64 / preset.memory_clocks_mhz[0] as f64
+        });
         self.curve
-            .steady_state(
-                self.power_limit_mw as f64 / 1000.0,
-                idle,
-                gpu_cap,
-                mem_cap,
-            )
+            .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap)
             .0
     }
 
@@ -157,8 +147,9 @@ impl SimGpu {
         curve: Option<WorkloadCurve>,
         load: Load,
     ) -> SimGpu {
-        let curve = curve
-            .unwrap_or_else(|| WorkloadCurve::default_for(preset.max_power_limit_mw as f64 / 1000.0));
+        let curve = curve.unwrap_or_else(|| {
+            WorkloadCurve::default_for(preset.max_power_limit_mw as f64 / 1000.0)
+        });
         let t = clock.now();
         let h = splitmix64(index as u64 ^ 0x5a5a);
         SimGpu {
@@ -246,7 +237,10 @@ impl SimGpu {
     /// Steady state at the current settings when busy: `(seconds per unit of work, watts)`.
     pub fn busy_steady_state(&self) -> (f64, f64) {
         let s = self.state();
-        (s.seconds_per_unit(self.preset), s.power_w(self.preset, true))
+        (
+            s.seconds_per_unit(self.preset),
+            s.power_w(self.preset, true),
+        )
     }
 
     /// Start `work` units of work now; returns how long they take at the current settings.
@@ -284,7 +278,10 @@ impl Gpu for SimGpu {
         Ok(self.preset.architecture)
     }
     fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
-        Ok((self.preset.min_power_limit_mw, self.preset.max_power_limit_mw))
+        Ok((
+            self.preset.min_power_limit_mw,
+            self.preset.max_power_limit_mw,
+        ))
     }
     fn power_management_limit_default(&self) -> GpuResult<u32> {
         Ok(self.preset.default_power_limit_mw)
@@ -294,7 +291,10 @@ impl Gpu for SimGpu {
     }
     fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
         self.check_privileged("nvmlDeviceSetPowerManagementLimit")?;
-        let (min, max) = (self.preset.min_power_limit_mw, self.preset.max_power_limit_mw);
+        let (min, max) = (
+            self.preset.min_power_limit_mw,
+            self.preset.max_power_limit_mw,
+        );
         if milliwatts < min || milliwatts > max {
             return Err(GpuError::InvalidArg(format!(
                 "power limit {milliwatts} mW is outside [{min}, {max}] mW"
@@ -447,7 +447,11 @@ impl SimConfig {
     /// Read the `ZEUS_SIM_*` variables; bad values give an error naming them.
     pub fn from_env() -> GpuResult<SimConfig> {
         let spec = std::env::var("ZEUS_SIM_GPUS").unwrap_or_default();
-        let spec = if spec.trim().is_empty() { "A40".to_string() } else { spec };
+        let spec = if spec.trim().is_empty() {
+            "A40".to_string()
+        } else {
+            spec
+        };
         let presets = spec
             .split(',')
             .map(|k| {
@@ -461,7 +465,12 @@ impl SimConfig {
             })
             .collect::<GpuResult<Vec<_>>>()?;
         let virtual_clock = env_flag("ZEUS_SIM_CLOCK", false, &["virtual"], &["real"])?;
-        let privileged = env_flag("ZEUS_SIM_PRIVILEGED", true, &["1", "true", "yes"], &["0", "false", "no"])?;
+        let privileged = env_flag(
+            "ZEUS_SIM_PRIVILEGED",
+            true,
+            &["1", "true", "yes"],
+            &["0", "false", "no"],
+        )?;
         let busy = env_flag("ZEUS_SIM_LOAD", false, &["busy"], &["idle"])?;
         let curve = match std::env::var("ZEUS_SIM_WORKLOAD") {
             Ok(p) if !p.trim().is_empty() => Some(
@@ -588,13 +597,19 @@ mod tests {
         let c = cluster(&["A40", "A40"]);
         let (a, b) = (&c.devices[0], &c.devices[1]);
         b.set_power_management_limit(150_000).unwrap();
-        let e0 = (a.total_energy_consumption().unwrap(), b.total_energy_consumption().unwrap());
+        let e0 = (
+            a.total_energy_consumption().unwrap(),
+            b.total_energy_consumption().unwrap(),
+        );
         c.clock.advance(10.0);
         let idle = a.total_energy_consumption().unwrap() - e0.0;
         assert_eq!(idle, 300_000); // 30 W idle for 10 s
         a.set_load(Load::Busy);
         b.set_load(Load::Busy);
-        let e1 = (a.total_energy_consumption().unwrap(), b.total_energy_consumption().unwrap());
+        let e1 = (
+            a.total_energy_consumption().unwrap(),
+            b.total_energy_consumption().unwrap(),
+        );
         c.clock.advance(10.0);
         let da = a.total_energy_consumption().unwrap() - e1.0;
         let db = b.total_energy_consumption().unwrap() - e1.1;
@@ -636,7 +651,9 @@ mod tests {
             curve: None,
             load: Load::Idle,
         });
-        let e = c.devices[0].set_power_management_limit(200_000).unwrap_err();
+        let e = c.devices[0]
+            .set_power_management_limit(200_000)
+            .unwrap_err();
         assert!(matches!(e, GpuError::NoPermission(_)));
         assert_eq!(c.devices[0].power_management_limit().unwrap(), 400_000);
     }
@@ -660,7 +677,9 @@ mod tests {
             .collect();
         assert!(readings.len() > 5);
         let truth = g.true_power_w() * 1000.0;
-        assert!(readings.iter().all(|&r| (r as f64 - truth).abs() <= truth * 0.0101));
+        assert!(readings
+            .iter()
+            .all(|&r| (r as f64 - truth).abs() <= truth * 0.0101));
     }
 
     proptest! {

@@ -128,7 +128,9 @@ pub const PRESETS: &[Preset] = &[
 
 /// Look a preset up by its key, case-insensitively.
 pub fn find(key: &str) -> Option<&'static Preset> {
-    PRESETS.iter().find(|p| p.key.eq_ignore_ascii_case(key.trim()))
+    PRESETS
+        .iter()
+        .find(|p| p.key.eq_ignore_ascii_case(key.trim()))
 }
 
 /// All preset keys, for error messages.

@@ -273,7 +273,11 @@ mod tests {
         std::fs::write(&path, "power_limit,time_per_epoch\n100,1\n").unwrap();
         let e = WorkloadCurve::from_csv(&path).unwrap_err().to_string();
         assert!(e.contains("average_power"), "{e}");
-        std::fs::write(&path, "power_limit,time_per_epoch,average_power\n100,abc,1\n").unwrap();
+        std::fs::write(
+            &path,
+            "power_limit,time_per_epoch,average_power\n100,abc,1\n",
+        )
+        .unwrap();
         let e = WorkloadCurve::from_csv(&path).unwrap_err().to_string();
         assert!(e.contains("abc") && e.contains("row 2"), "{e}");
     }

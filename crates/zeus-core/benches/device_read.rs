@@ -1,0 +1,68 @@
+//! Cost of one energy-counter read: in-process simulated GPU, and the NVML backend against the
+//! simulated libnvidia-ml (compared with calling the C function directly, which is the floor).
+//!
+//! Run: `cargo build --release -p zeus-sim-nvml && cargo bench -p zeus-core --bench device_read`
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use zeus_core::device::sim::{preset, Load, SimCluster, SimConfig};
+use zeus_core::device::{nvml, Gpu};
+
+fn fake_lib() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("ZEUS_NVML_LIB") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.parent()?.parent()?.join("libnvidia_ml.so");
+    lib.is_file().then_some(lib)
+}
+
+fn bench(c: &mut Criterion) {
+    let cluster = SimCluster::new(SimConfig {
+        presets: vec![preset::find("A40").unwrap()],
+        virtual_clock: false,
+        privileged: true,
+        curve: None,
+        load: Load::Busy,
+    });
+    let sim: Arc<dyn Gpu> = cluster.devices()[0].clone();
+    c.bench_function("energy read: in-process simulated GPU", |b| {
+        b.iter(|| black_box(sim.total_energy_consumption().unwrap()))
+    });
+
+    let Some(lib) = fake_lib() else {
+        eprintln!("simulated libnvidia_ml.so not built; skipping the NVML benchmarks");
+        return;
+    };
+    std::env::set_var("ZEUS_NVML_LIB", &lib);
+    std::env::set_var("ZEUS_SIM_LOAD", "busy");
+    let gpus = nvml::open_all().expect("open the simulated NVML");
+    c.bench_function(
+        "energy read: NVML backend (nvml-wrapper) on fake lib",
+        |b| b.iter(|| black_box(gpus[0].total_energy_consumption().unwrap())),
+    );
+
+    // The floor: the same C function called directly, handle looked up once.
+    type GetHandle = unsafe extern "C" fn(u32, *mut *const std::ffi::c_void) -> u32;
+    type GetEnergy = unsafe extern "C" fn(*const std::ffi::c_void, *mut u64) -> u32;
+    let raw = unsafe { libloading::Library::new(&lib) }.unwrap();
+    let get_handle: libloading::Symbol<GetHandle> =
+        unsafe { raw.get(b"nvmlDeviceGetHandleByIndex_v2\0") }.unwrap();
+    let get_energy: libloading::Symbol<GetEnergy> =
+        unsafe { raw.get(b"nvmlDeviceGetTotalEnergyConsumption\0") }.unwrap();
+    let mut handle = std::ptr::null();
+    assert_eq!(unsafe { get_handle(0, &mut handle) }, 0);
+    c.bench_function("energy read: C function called directly", |b| {
+        b.iter(|| {
+            let mut e = 0u64;
+            unsafe { get_energy(handle, &mut e) };
+            black_box(e)
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
