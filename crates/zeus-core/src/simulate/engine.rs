@@ -202,14 +202,14 @@ impl JobTable {
                     break;
                 }
                 if rec == 1 {
-                    return Err(SimError::InvalidArgument(format!(
+                    return Err(SimError::NotConverged(format!(
                         "the default batch size {} did not reach the target metric {} of {}",
                         self.job.default_bs, self.job.target_metric, self.job.dataset
                     )));
                 }
             }
             if !done {
-                return Err(SimError::InvalidArgument(format!(
+                return Err(SimError::NotConverged(format!(
                     "recurrence {rec} of {} did not reach the target metric in {MAX_TRIES} tries",
                     self.job.dataset
                 )));

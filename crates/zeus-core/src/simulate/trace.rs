@@ -58,6 +58,9 @@ pub enum SimError {
     /// A bad simulation argument.
     #[error("{0}")]
     InvalidArgument(String),
+    /// The job could not reach its target metric (default batch size or 20 tries).
+    #[error("{0}")]
+    NotConverged(String),
 }
 
 /// Result alias for the simulator.
