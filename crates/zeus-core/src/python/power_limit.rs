@@ -1,0 +1,183 @@
+//! `zeus._core` bindings for power_limit: the optimum selectors and the power-limit journal.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::device::PyGpus;
+use super::errors::gpu_error;
+use crate::device::journal::{self, Journal, JournalEntry, JournalError};
+use crate::optimizer::power_limit::{Measurement, Selector, SelectorError};
+
+fn selector_err(e: SelectorError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// A built-in optimum selector. `zeus.optimizer.power_limit` wraps it in the public classes.
+#[pyclass(name = "PowerLimitSelector", module = "zeus._core", frozen)]
+pub(crate) struct PySelector {
+    inner: Selector,
+}
+
+#[pymethods]
+impl PySelector {
+    #[staticmethod]
+    fn energy() -> Self {
+        PySelector {
+            inner: Selector::Energy,
+        }
+    }
+
+    #[staticmethod]
+    fn time() -> Self {
+        PySelector {
+            inner: Selector::Time,
+        }
+    }
+
+    /// `ValueError` unless `0 <= eta_knob <= 1` and `world_size >= 1`.
+    #[staticmethod]
+    fn zeus_cost(eta_knob: f64, world_size: i64) -> PyResult<Self> {
+        let inner = Selector::zeus_cost(eta_knob, world_size).map_err(selector_err)?;
+        Ok(PySelector { inner })
+    }
+
+    /// `ValueError` unless `factor >= 1`.
+    #[staticmethod]
+    fn max_slowdown(factor: f64) -> PyResult<Self> {
+        let inner = Selector::max_slowdown(factor).map_err(selector_err)?;
+        Ok(PySelector { inner })
+    }
+
+    /// Pick a power limit (W) from `(power_limit W, energy J, time s)` triples in profiling order.
+    fn select(&self, measurements: Vec<(u32, f64, f64)>) -> PyResult<u32> {
+        let ms: Vec<Measurement> = measurements
+            .into_iter()
+            .map(|(pl, e, t)| Measurement::new(pl, e, t))
+            .collect();
+        self.inner.select(&ms).map_err(selector_err)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
+fn journal_at(dir: Option<PathBuf>) -> Journal {
+    dir.map(Journal::at)
+        .unwrap_or_else(Journal::default_location)
+}
+
+fn io_err(e: std::io::Error) -> PyErr {
+    PyOSError::new_err(e.to_string())
+}
+
+fn entry_dict<'py>(py: Python<'py>, e: &JournalEntry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("uuid", &e.uuid)?;
+    d.set_item("power_limit_mw", e.power_limit_mw)?;
+    d.set_item("pid", e.pid)?;
+    d.set_item("created", e.created)?;
+    Ok(d)
+}
+
+/// The journal directory in use (`$ZEUS_STATE_DIR`, `$XDG_STATE_HOME/zeus`,
+/// `~/.local/state/zeus`, `/var/tmp/zeus`).
+#[pyfunction]
+fn journal_dir() -> PathBuf {
+    journal::default_dir()
+}
+
+/// Journal `uuid`'s original power limit unless an entry exists; returns the entry on disk.
+#[pyfunction]
+#[pyo3(signature = (uuid, power_limit_mw, dir = None))]
+fn journal_record<'py>(
+    py: Python<'py>,
+    uuid: &str,
+    power_limit_mw: u32,
+    dir: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let j = journal_at(dir);
+    let e = py
+        .detach(|| j.record(uuid, power_limit_mw))
+        .map_err(io_err)?;
+    entry_dict(py, &e)
+}
+
+/// `uuid`'s entry as a dict, or `None`.
+#[pyfunction]
+#[pyo3(signature = (uuid, dir = None))]
+fn journal_get<'py>(
+    py: Python<'py>,
+    uuid: &str,
+    dir: Option<PathBuf>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let j = journal_at(dir);
+    match j.get(uuid).map_err(io_err)? {
+        Some(e) => Ok(Some(entry_dict(py, &e)?)),
+        None => Ok(None),
+    }
+}
+
+/// Every entry, sorted by UUID.
+#[pyfunction]
+#[pyo3(signature = (dir = None))]
+fn journal_entries<'py>(
+    py: Python<'py>,
+    dir: Option<PathBuf>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let j = journal_at(dir);
+    let entries = j.entries().map_err(io_err)?;
+    entries.iter().map(|e| entry_dict(py, e)).collect()
+}
+
+/// Remove `uuid`'s entry; returns whether there was one.
+#[pyfunction]
+#[pyo3(signature = (uuid, dir = None))]
+fn journal_clear(uuid: &str, dir: Option<PathBuf>) -> PyResult<bool> {
+    journal_at(dir).clear(uuid).map_err(io_err)
+}
+
+/// Whether process `pid` is running.
+#[pyfunction]
+fn process_alive(pid: u32) -> bool {
+    journal::process_alive(pid)
+}
+
+/// Restore the journaled power limits of `gpus` left by dead processes (or by anyone, with
+/// `include_live`) and clear those entries. Returns `(index, uuid, power_limit_mw, pid)` tuples.
+#[pyfunction]
+#[pyo3(signature = (gpus, include_live = false, dir = None))]
+fn journal_restore(
+    py: Python<'_>,
+    gpus: &Bound<'_, PyGpus>,
+    include_live: bool,
+    dir: Option<PathBuf>,
+) -> PyResult<Vec<(usize, String, u32, u32)>> {
+    let j = journal_at(dir);
+    let g = gpus.get();
+    let done = py
+        .detach(|| j.restore_stale(&g.inner, include_live))
+        .map_err(|e| match e {
+            JournalError::Io(e) => io_err(e),
+            JournalError::Gpu(e) => gpu_error(py, e),
+        })?;
+    Ok(done
+        .into_iter()
+        .map(|r| (r.index, r.uuid, r.power_limit_mw, r.pid))
+        .collect())
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PySelector>()?;
+    m.add_function(wrap_pyfunction!(journal_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_record, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_get, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_clear, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_restore, m)?)?;
+    m.add_function(wrap_pyfunction!(process_alive, m)?)?;
+    Ok(())
+}
