@@ -1,0 +1,514 @@
+//! `zeus._core` bindings for measurement: `Measurement`, `ZeusMonitor` (the Rust half of
+//! `zeus.monitor.ZeusMonitor`) and `PowerMonitor`.
+//!
+//! The window methods are the hot path: one Python-to-Rust call each, the GIL released around
+//! the device reads, and a `Measurement` whose energy dict is only built when someone asks.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyUserWarning, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::{PyDict, PyTuple};
+
+use super::device::PyGpus;
+use super::errors::gpu_error;
+use crate::device::Gpus;
+use crate::monitor::{
+    EnergyMonitor, InstantPower, MonitorError, PowerMonitor, PowerMonitorOptions,
+};
+
+fn monitor_error(py: Python<'_>, e: MonitorError) -> PyErr {
+    match e {
+        MonitorError::InvalidArg(m) => PyValueError::new_err(m),
+        MonitorError::Gpu(g) => gpu_error(py, g),
+        MonitorError::Io(io) => PyOSError::new_err(io.to_string()),
+    }
+}
+
+trait IntoPy<T> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, MonitorError> {
+    fn py_err(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| monitor_error(py, e))
+    }
+}
+
+fn warn(py: Python<'_>, messages: &[String]) -> PyResult<()> {
+    for m in messages {
+        let msg = CString::new(m.replace('\0', " ")).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyUserWarning>(), &msg, 1)?;
+    }
+    Ok(())
+}
+
+/// The `Gpus` behind a `zeus.device.GPUs` object.
+fn core_gpus(obj: &Bound<'_, PyAny>) -> PyResult<Gpus> {
+    let g = obj.cast::<PyGpus>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "expected a zeus.device.GPUs object, got {}",
+            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+        ))
+    })?;
+    Ok(g.get().inner.clone())
+}
+
+fn default_gpus(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    py.import("zeus.device")?.getattr("get_gpus")?.call0()
+}
+
+/// Time and energy of one measurement window.
+///
+/// Attributes:
+///     time: Elapsed time in seconds.
+///     energy: GPU index (framework index, after `CUDA_VISIBLE_DEVICES`) to joules.
+///     total_energy: Sum of `energy` over GPUs, joules.
+#[pyclass(name = "Measurement", module = "zeus.monitor")]
+pub(crate) struct PyMeasurement {
+    #[pyo3(get, set)]
+    time: f64,
+    /// Values as measured; the dict is built from them on first access.
+    values: Vec<(usize, f64)>,
+    dict: Option<Py<PyDict>>,
+}
+
+impl PyMeasurement {
+    fn energy_dict<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if let Some(d) = &self.dict {
+            return Ok(d.bind(py).clone());
+        }
+        let d = PyDict::new(py);
+        for (i, e) in &self.values {
+            d.set_item(i, e)?;
+        }
+        self.dict = Some(d.clone().unbind());
+        Ok(d)
+    }
+}
+
+#[pymethods]
+impl PyMeasurement {
+    #[new]
+    #[pyo3(signature = (time, energy))]
+    fn new(time: f64, energy: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let dict = match energy.cast::<PyDict>() {
+            Ok(d) => d.clone(),
+            Err(_) => PyDict::from_sequence(&energy.call_method0("items")?)?,
+        };
+        Ok(PyMeasurement {
+            time,
+            values: Vec::new(),
+            dict: Some(dict.unbind()),
+        })
+    }
+
+    #[getter]
+    fn energy<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.energy_dict(py)
+    }
+
+    #[setter]
+    fn set_energy(&mut self, energy: Bound<'_, PyDict>) {
+        self.dict = Some(energy.unbind());
+    }
+
+    #[getter]
+    fn total_energy(&self, py: Python<'_>) -> PyResult<f64> {
+        match &self.dict {
+            None => Ok(self.values.iter().map(|(_, e)| e).sum()),
+            Some(d) => {
+                let mut total = 0.0;
+                for v in d.bind(py).values() {
+                    total += v.extract::<f64>()?;
+                }
+                Ok(total)
+            }
+        }
+    }
+
+    fn __repr__(&mut self, py: Python<'_>) -> PyResult<String> {
+        let d = self.energy_dict(py)?;
+        Ok(format!(
+            "Measurement(time={}, energy={})",
+            crate::monitor::counter::py_float(self.time),
+            d.repr()?
+        ))
+    }
+
+    fn __eq__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let Ok(other) = other.cast::<PyMeasurement>() else {
+            return Ok(false);
+        };
+        if other.as_ptr() == self as *const _ as *mut _ {
+            return Ok(true);
+        }
+        let mine = self.energy_dict(py)?;
+        let mut o = other.try_borrow_mut()?;
+        let theirs = o.energy_dict(py)?;
+        Ok(self.time == o.time && mine.eq(theirs)?)
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let mut m = slf.try_borrow_mut()?;
+        let d = m.energy_dict(py)?;
+        let args = PyTuple::new(py, [m.time.into_pyobject(py)?.into_any(), d.into_any()])?;
+        Ok((slf.get_type().into_any(), args))
+    }
+}
+
+fn make_measurement(py: Python<'_>, time: f64, values: Vec<(usize, f64)>) -> PyResult<Py<PyMeasurement>> {
+    Py::new(
+        py,
+        PyMeasurement {
+            time,
+            values,
+            dict: None,
+        },
+    )
+}
+
+/// Power of GPUs sampled over time by a background thread, kept in a bounded timeline.
+///
+/// Args:
+///     gpu_indices: GPUs to sample (framework indices); all visible GPUs if `None`.
+///     update_period: Seconds between samples; `None` picks half the GPUs' power update period,
+///         at most 0.1 s.
+///     max_samples: Timeline length in samples (oldest dropped first); `None` keeps one hour.
+///     background: Sample on a thread. `None` means yes, except on the simulator's virtual
+///         clock, where nothing moves in real time and `sample_now()` drives sampling.
+///
+/// Use it as a context manager or call `stop()`.
+#[pyclass(name = "PowerMonitor", module = "zeus.monitor", frozen, subclass)]
+pub(crate) struct PyPowerMonitor {
+    inner: Arc<PowerMonitor>,
+}
+
+impl PyPowerMonitor {
+    fn check_thread(&self, py: Python<'_>) -> PyResult<()> {
+        match self.inner.take_error() {
+            Some(e) => Err(gpu_error(py, e)),
+            None => Ok(()),
+        }
+    }
+
+    fn to_dict<'py>(&self, py: Python<'py>, v: Option<Vec<f64>>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(v) = v else { return Ok(None) };
+        let d = PyDict::new(py);
+        for (i, x) in self.inner.gpu_indices().iter().zip(v) {
+            d.set_item(i, x)?;
+        }
+        Ok(Some(d))
+    }
+}
+
+#[pymethods]
+impl PyPowerMonitor {
+    #[new]
+    #[pyo3(signature = (gpu_indices = None, update_period = None, max_samples = None, background = None))]
+    fn new(
+        py: Python<'_>,
+        gpu_indices: Option<Vec<usize>>,
+        update_period: Option<f64>,
+        max_samples: Option<usize>,
+        background: Option<bool>,
+    ) -> PyResult<Self> {
+        let gpus = core_gpus(&default_gpus(py)?)?;
+        let opts = PowerMonitorOptions {
+            update_period,
+            max_samples,
+            background,
+        };
+        let inner = py
+            .detach(|| PowerMonitor::new(gpus, gpu_indices, opts))
+            .py_err(py)?;
+        Ok(PyPowerMonitor {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// GPUs sampled, framework indices.
+    #[getter]
+    fn gpu_indices(&self) -> Vec<usize> {
+        self.inner.gpu_indices().to_vec()
+    }
+
+    /// Seconds between samples.
+    #[getter]
+    fn update_period(&self) -> f64 {
+        self.inner.update_period()
+    }
+
+    /// Whether the sampling thread is running.
+    #[getter]
+    fn running(&self) -> bool {
+        self.inner.is_running()
+    }
+
+    /// Number of samples in the timeline.
+    #[getter]
+    fn num_samples(&self) -> usize {
+        self.inner.num_samples()
+    }
+
+    /// Timeline capacity in samples.
+    #[getter]
+    fn max_samples(&self) -> usize {
+        self.inner.with_timeline(|t| t.capacity())
+    }
+
+    /// Bytes of storage per sample per GPU.
+    #[getter]
+    fn bytes_per_sample(&self) -> f64 {
+        self.inner.with_timeline(|t| t.bytes_per_sample_per_gpu())
+    }
+
+    /// Bytes currently allocated for samples.
+    #[getter]
+    fn allocated_bytes(&self) -> usize {
+        self.inner.with_timeline(|t| t.allocated_bytes())
+    }
+
+    /// Take one sample now. Returns `False` if the clock has not moved since the last sample.
+    /// On the virtual clock this is how samples are taken: advance the clock, then sample.
+    fn sample_now(&self, py: Python<'_>) -> PyResult<bool> {
+        let inner = &self.inner;
+        py.detach(|| inner.sample_now()).map_err(|e| gpu_error(py, e))
+    }
+
+    /// Stop the sampling thread. Samples taken so far stay readable. Idempotent.
+    fn stop(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.stop());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+        self.stop(py);
+        false
+    }
+
+    /// Energy in joules per GPU over `[start_time, end_time]` (trapezoidal rule over the
+    /// timeline, the window edges interpolated), or `None` with fewer than two points.
+    fn get_energy<'py>(
+        &self,
+        py: Python<'py>,
+        start_time: f64,
+        end_time: f64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.check_thread(py)?;
+        let v = self.inner.get_energy(start_time, end_time);
+        self.to_dict(py, v)
+    }
+
+    /// Power in watts per GPU: the latest sample if `time` is `None`, else the first sample at
+    /// or after `time` (the latest if none). `None` if nothing was sampled yet.
+    #[pyo3(signature = (time = None))]
+    fn get_power<'py>(&self, py: Python<'py>, time: Option<f64>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.check_thread(py)?;
+        let v = self.inner.get_power(time);
+        self.to_dict(py, v)
+    }
+
+    /// The whole timeline: `(timestamps, {gpu_index: [watts, ...]})`, oldest first.
+    fn timeline<'py>(&self, py: Python<'py>) -> PyResult<(Vec<f64>, Bound<'py, PyDict>)> {
+        let (t, cols) = self.inner.with_timeline(|tl| tl.to_columns());
+        let d = PyDict::new(py);
+        for (i, c) in self.inner.gpu_indices().iter().zip(cols) {
+            d.set_item(i, c)?;
+        }
+        Ok((t, d))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PowerMonitor(gpu_indices={:?}, update_period={}, running={})",
+            self.inner.gpu_indices(),
+            crate::monitor::counter::py_float(self.inner.update_period()),
+            if self.inner.is_running() { "True" } else { "False" }
+        )
+    }
+}
+
+struct MonitorState {
+    core: Mutex<EnergyMonitor>,
+    gpus: Gpus,
+    indices: Vec<usize>,
+    sync: Option<Py<PyAny>>,
+    approx: bool,
+}
+
+/// Rust half of `zeus.monitor.ZeusMonitor`: `_init` sets it up (from the Python `__init__`),
+/// and `begin_window` / `end_window` are called directly.
+#[pyclass(name = "ZeusMonitor", module = "zeus._core", frozen, subclass)]
+pub(crate) struct PyZeusMonitor {
+    state: OnceLock<MonitorState>,
+}
+
+impl PyZeusMonitor {
+    fn state(&self) -> PyResult<&MonitorState> {
+        self.state.get().ok_or_else(|| {
+            PyRuntimeError::new_err("ZeusMonitor is not initialised: call ZeusMonitor.__init__ first")
+        })
+    }
+}
+
+fn lock(m: &Mutex<EnergyMonitor>) -> MutexGuard<'_, EnergyMonitor> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn sync_all(py: Python<'_>, st: &MonitorState) -> PyResult<()> {
+    if let Some(f) = &st.sync {
+        for &i in &st.indices {
+            f.call1(py, (i,))?;
+        }
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl PyZeusMonitor {
+    /// Accepts and ignores any arguments, so Python subclasses may define their own
+    /// `__init__`; the real set-up is `_init`.
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+        PyZeusMonitor {
+            state: OnceLock::new(),
+        }
+    }
+
+    /// Set up: `gpus` is a `zeus.device.GPUs`, `sync` a callable `sync(gpu_index)` or `None`,
+    /// `check_power` a `PowerMonitor` to cross-check counter energies against. Returns the
+    /// `PowerMonitor` made for GPUs without an energy counter, or `None`.
+    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, sync, check_power))]
+    #[allow(clippy::too_many_arguments)]
+    fn _init(
+        &self,
+        py: Python<'_>,
+        gpus: &Bound<'_, PyAny>,
+        gpu_indices: Option<Vec<usize>>,
+        approx_instant_energy: bool,
+        log_file: Option<PathBuf>,
+        sync: Option<Py<PyAny>>,
+        check_power: Option<&Bound<'_, PyPowerMonitor>>,
+    ) -> PyResult<Option<Py<PyPowerMonitor>>> {
+        let g = core_gpus(gpus)?;
+        let check = check_power.map(|p| p.get().inner.clone());
+        let g2 = g.clone();
+        let core = py
+            .detach(move || EnergyMonitor::new(g2, gpu_indices, log_file.as_deref(), check))
+            .py_err(py)?;
+        let own = core
+            .power_monitor()
+            .map(|pm| Py::new(py, PyPowerMonitor { inner: pm.clone() }))
+            .transpose()?;
+        let indices = core.gpu_indices().to_vec();
+        self.state
+            .set(MonitorState {
+                core: Mutex::new(core),
+                gpus: g,
+                indices,
+                sync,
+                approx: approx_instant_energy,
+            })
+            .map_err(|_| PyRuntimeError::new_err("ZeusMonitor is already initialised"))?;
+        Ok(own)
+    }
+
+    /// Open measurement window `key` (see `zeus.monitor.ZeusMonitor`).
+    #[pyo3(signature = (key, sync_cuda = true))]
+    fn begin_window(&self, py: Python<'_>, key: PyBackedStr, sync_cuda: bool) -> PyResult<()> {
+        let st = self.state()?;
+        if sync_cuda {
+            sync_all(py, st)?;
+        }
+        py.detach(|| lock(&st.core).begin_window(&key)).py_err(py)
+    }
+
+    /// Close measurement window `key` and return its `Measurement` (see
+    /// `zeus.monitor.ZeusMonitor`).
+    #[pyo3(signature = (key, sync_cuda = true, cancel = false))]
+    fn end_window(
+        &self,
+        py: Python<'_>,
+        key: PyBackedStr,
+        sync_cuda: bool,
+        cancel: bool,
+    ) -> PyResult<Py<PyMeasurement>> {
+        let st = self.state()?;
+        // Instantaneous power is read before the sync, as the reference does: the sync waits
+        // for the kernels whose power we want to see.
+        let instant = if st.approx && !cancel {
+            let r = py.detach(|| -> crate::device::GpuResult<InstantPower> {
+                let t0 = st.gpus.now();
+                let mut watts = Vec::with_capacity(st.indices.len());
+                for &i in &st.indices {
+                    watts.push(st.gpus.device(i)?.average_power_usage()? as f64 / 1000.0);
+                }
+                Ok(InstantPower {
+                    watts,
+                    read_time: st.gpus.now() - t0,
+                })
+            });
+            Some(r.map_err(|e| gpu_error(py, e))?)
+        } else {
+            None
+        };
+        if sync_cuda {
+            sync_all(py, st)?;
+        }
+        let out = py
+            .detach(|| lock(&st.core).end_window(&key, cancel, instant.as_ref()))
+            .py_err(py)?;
+        if !out.warnings.is_empty() {
+            warn(py, &out.warnings)?;
+        }
+        make_measurement(py, out.measurement.time, out.measurement.energy)
+    }
+
+    /// Open windows: `{key: (start_time, {gpu_index: start_energy_J})}` for GPUs with an
+    /// energy counter (the reference's `measurement_states`).
+    #[getter]
+    fn measurement_states<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.state()?;
+        let open = lock(&st.core).open_windows();
+        let d = PyDict::new(py);
+        for (k, t, e) in open {
+            let ed = PyDict::new(py);
+            for (i, j) in e {
+                ed.set_item(i, j)?;
+            }
+            d.set_item(k, (t, ed))?;
+        }
+        Ok(d)
+    }
+
+    /// Whether each monitored GPU has a total-energy counter (Volta and newer).
+    #[getter]
+    fn _has_counter(&self) -> PyResult<Vec<bool>> {
+        Ok(lock(&self.state()?.core).has_counter().to_vec())
+    }
+
+    #[getter]
+    fn approx_instant_energy(&self) -> PyResult<bool> {
+        Ok(self.state()?.approx)
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyMeasurement>()?;
+    m.add_class::<PyPowerMonitor>()?;
+    m.add_class::<PyZeusMonitor>()?;
+    Ok(())
+}

@@ -1,0 +1,12 @@
+"""Measure the time and GPU energy of code windows, and GPU power over time.
+
+- `ZeusMonitor`: named measurement windows (`begin_window` / `end_window`) returning a
+  `Measurement` of elapsed time and energy per GPU.
+- `PowerMonitor`: a background sampler of GPU power with `get_energy` / `get_power`.
+- `python -m zeus.monitor energy|power`: the same from the command line.
+"""
+
+from zeus.monitor.energy import Measurement, ZeusMonitor
+from zeus.monitor.power import PowerMonitor
+
+__all__ = ["Measurement", "PowerMonitor", "ZeusMonitor"]

@@ -1,0 +1,97 @@
+"""`ZeusMonitor`: time and GPU energy of named code windows.
+
+Window bookkeeping, energy-counter arithmetic and log writing live in the Rust extension
+(`zeus._core.ZeusMonitor`); this class only resolves the GPUs and the framework's CUDA sync, so
+`begin_window` and `end_window` are direct calls into Rust.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from zeus import _core
+from zeus.device import get_gpus
+from zeus.monitor.power import PowerMonitor
+from zeus.util.framework import cuda_sync, sync_available
+
+Measurement = _core.Measurement
+
+__all__ = ["Measurement", "ZeusMonitor"]
+
+
+class ZeusMonitor(_core.ZeusMonitor):
+    """Measure the time and GPU energy of code windows.
+
+    Windows are identified by name; any number may be open at once, nested or overlapping.
+    Energy comes from each GPU's total-energy counter (Volta and newer), or, for older GPUs, from
+    integrating a `PowerMonitor` timeline that this monitor starts for them. Timestamps come
+    from the GPU backend's clock (`gpus.now()`), so the simulator's virtual clock works.
+
+    Methods (implemented in Rust):
+        begin_window(key, sync_cuda=True): Open window `key`. Raises `ValueError` if a window
+            with that name is already open.
+        end_window(key, sync_cuda=True, cancel=False) -> Measurement: Close window `key` and
+            return its time and energy. Raises `ValueError` if it is not open. With `cancel`
+            the measurement is all zeros and nothing is logged.
+
+    `sync_cuda` waits for queued GPU work first (PyTorch, JAX or CuPy, whichever is present
+    with CUDA; a no-op without one). Windows shorter than the energy counter's update period
+    warn once per name (`UserWarning`); so does a large disagreement between a counter and the
+    power timeline of `power_monitor`, when one is given.
+
+    Attributes:
+        gpus: The `zeus.device.GPUs` object.
+        gpu_indices: Monitored GPUs (framework indices, after `CUDA_VISIBLE_DEVICES`).
+        power_monitor: The `PowerMonitor` of the GPUs without an energy counter, or `None`.
+        approx_instant_energy: See the argument.
+        measurement_states: Open windows: `{key: (start_time, {gpu_index: start_energy_J})}`.
+
+    Do not create a monitor at module level of code that spawns processes; create it where it
+    is used.
+    """
+
+    def __init__(
+        self,
+        gpu_indices: Sequence[int] | None = None,
+        approx_instant_energy: bool = False,
+        log_file: str | os.PathLike[str] | None = None,
+        power_monitor: PowerMonitor | None = None,
+    ) -> None:
+        """Set up the monitor.
+
+        Args:
+            gpu_indices: GPUs to monitor (framework indices); all visible GPUs if `None`.
+            approx_instant_energy: For windows too short for the energy counter to move (energy
+                exactly 0), estimate energy as instantaneous power times elapsed time.
+            log_file: CSV file receiving `start_time,window_name,elapsed_time,gpu{i}_energy,...`
+                and one flushed row per closed window. Parent directories are created.
+            power_monitor: A running `PowerMonitor` covering some monitored GPUs, to cross-check
+                their energy counters against (a large disagreement warns).
+
+        Raises:
+            ValueError: `gpu_indices` is empty, repeats a GPU or names one that is not visible.
+        """
+        self.gpus = get_gpus()
+        indices: list[int] | None = None
+        if gpu_indices is not None:
+            indices = []
+            for i in gpu_indices:
+                if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+                    raise ValueError(f"gpu_indices must hold GPU indices >= 0, got {i!r}")
+                indices.append(int(i))
+        path = None
+        if log_file is not None:
+            path = os.fspath(Path(log_file))
+        sync = cuda_sync if sync_available() else None
+        self.power_monitor: PowerMonitor | None = self._init(
+            self.gpus, indices, bool(approx_instant_energy), path, sync, power_monitor
+        )
+        self.gpu_indices: list[int] = (
+            list(range(len(self.gpus))) if indices is None else indices
+        )
+
+    def __repr__(self) -> str:
+        """Show the monitored GPUs."""
+        return f"ZeusMonitor(gpu_indices={self.gpu_indices})"
