@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-
 import zeus.sim
 from zeus.device import GPUs, get_gpus
 

@@ -45,7 +45,9 @@ def _readings(console: Console, seconds: float) -> None:
         for i in gpus.physical_indices:
             zeus.sim.set_busy(i, True)
     counters = [
-        gpus.get_total_energy_consumption(i) if gpus.supports_get_total_energy_consumption(i) else None
+        gpus.get_total_energy_consumption(i)
+        if gpus.supports_get_total_energy_consumption(i)
+        else None
         for i in range(n)
     ]
     start = gpus.now()
@@ -55,8 +57,9 @@ def _readings(console: Console, seconds: float) -> None:
         cells = []
         for i in range(n):
             watts = gpus.get_average_power_usage(i) / 1000
-            if counters[i] is not None:
-                joules = (gpus.get_total_energy_consumption(i) - counters[i]) / 1000
+            base = counters[i]
+            if base is not None:
+                joules = (gpus.get_total_energy_consumption(i) - base) / 1000
                 cells.append(f"GPU{i}: {watts:6.1f} W, {joules:8.1f} J")
             else:
                 cells.append(f"GPU{i}: {watts:6.1f} W, (no counter)")

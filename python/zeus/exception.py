@@ -8,6 +8,7 @@ class ZeusBaseError(Exception):
 
     Attributes:
         message: Human-readable description of the error.
+
     """
 
     def __init__(self, message: str) -> None:

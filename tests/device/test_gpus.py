@@ -6,15 +6,13 @@ import subprocess
 import sys
 
 import pytest
+import zeus.sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import zeus.sim
 from zeus.device import (
     ZeusBaseGPUError,
     ZeusGPUInitError,
     ZeusGPUInvalidArgError,
-    ZeusGPULibraryNotFoundError,
     ZeusGPUNoPermissionError,
     ZeusGPUNotSupportedError,
     get_gpus,

@@ -45,9 +45,7 @@ _CAMEL_ALIASES = {
 
 def _make_alias(old: str, new: str) -> Callable[..., Any]:
     def alias(self: GPUs, *args: Any, **kwargs: Any) -> Any:
-        warnings.warn(
-            f"GPUs.{old} is deprecated; use GPUs.{new}", DeprecationWarning, stacklevel=2
-        )
+        warnings.warn(f"GPUs.{old} is deprecated; use GPUs.{new}", DeprecationWarning, stacklevel=2)
         return getattr(self, new)(*args, **kwargs)
 
     alias.__name__ = old
@@ -73,6 +71,7 @@ def get_gpus(ensure_homogeneous: bool = False) -> GPUs:
         ZeusGPUInvalidArgError: `CUDA_VISIBLE_DEVICES` is malformed or out of range.
         ZeusGPUInitError: the backend could not start, or the GPUs differ and
             `ensure_homogeneous` is set.
+
     """
     global _gpus
     with _gpus_lock:

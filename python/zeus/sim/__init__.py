@@ -9,6 +9,7 @@ Example:
     >>> import zeus.sim
     >>> zeus.sim.set_busy(0)           # draw busy power from now on
     >>> seconds = zeus.sim.run(1.0)    # one unit of work on every GPU; returns its duration
+
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def run(work: float = 1.0, gpu_indices: Iterable[int] | None = None, wait: bool 
 
     Returns:
         The duration in seconds.
+
     """
     indices = list(range(device_count())) if gpu_indices is None else list(gpu_indices)
     seconds = _core.sim_run(indices, work)
@@ -107,11 +109,13 @@ def set_workload(
         curve: A CSV path with `power_limit,time_per_epoch,average_power` columns (the Zeus
             trace format, one series), or a list of `(power_limit W, time_per_epoch s,
             average_power W)` points.
+
     """
     if isinstance(curve, (str, os.PathLike)):
         _core.sim_set_workload_csv(index, os.fspath(curve))
     else:
-        _core.sim_set_workload_points(index, [tuple(map(float, p)) for p in curve])
+        points = [(float(pl), float(t), float(w)) for pl, t, w in curve]
+        _core.sim_set_workload_points(index, points)
 
 
 def workload_points(index: int = 0) -> list[tuple[float, float, float]]:
@@ -150,6 +154,7 @@ def nvml_library_path() -> Path:
 
     Raises:
         FileNotFoundError: the package was built without it.
+
     """
     path = Path(__file__).resolve().parent.parent / "_bin" / "libnvidia-ml.so.1"
     if not path.is_file():

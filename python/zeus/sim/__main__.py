@@ -9,6 +9,7 @@ import zeus.sim
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m zeus.sim`."""
     parser = argparse.ArgumentParser(prog="python -m zeus.sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nvml-path", help="print the absolute path of the simulated libnvidia-ml.so.1")

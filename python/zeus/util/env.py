@@ -20,6 +20,7 @@ def get_env(name: str, valtype: Callable[[str], T] | type[T], default: T | None 
 
     Raises:
         ValueError: the variable is missing with no default, or a boolean is malformed.
+
     """
     if name not in os.environ:
         if default is not None:

@@ -55,6 +55,7 @@ def cuda_sync(device: int | None = None) -> None:
 
     Raises:
         RuntimeError: no framework with GPU support is available.
+
     """
     if torch_is_available():
         import torch

@@ -15,6 +15,7 @@ def zeus_cost(energy: float, time: float, eta_knob: float, max_power: int | floa
         time: Seconds.
         eta_knob: Weight of energy against time, in [0, 1] (not checked here).
         max_power: Maximum power of all GPUs together, watts; it turns time into joules.
+
     """
     return _zeus_cost(float(energy), float(time), float(eta_knob), float(max_power))
 
@@ -28,6 +29,7 @@ class ZeusCostThresholdExceededError(Exception):
         cost: Cost so far.
         next_cost: Expected cost after one more epoch.
         cost_thresh: The threshold.
+
     """
 
     def __init__(
