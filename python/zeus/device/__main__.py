@@ -13,6 +13,7 @@ else `/var/tmp/zeus`; `--state-dir` overrides it.
 Examples:
     python -m zeus.device journal
     python -m zeus.device restore
+
 """
 
 from __future__ import annotations
