@@ -1,0 +1,417 @@
+"""Black-box HTTP tests of the batch size optimizer server (real uvicorn, SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from bso_helpers import Database, ServerProcess, job_spec
+
+MAX_POWER = 3000
+
+
+@pytest.fixture
+def server(shared_server: tuple[ServerProcess, Database]) -> ServerProcess:
+    return shared_server[0]
+
+
+@pytest.fixture
+def db(shared_server: tuple[ServerProcess, Database]) -> Database:
+    return shared_server[1]
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, timeout=30) as c:
+        yield c
+
+
+def energy_for(cost: float, time: float = 1.0) -> float:
+    """Energy giving this Zeus cost with eta 0.5 and max power 3000 W."""
+    return (cost - 0.5 * MAX_POWER * time) / 0.5
+
+
+def register(http: httpx.Client, **overrides: Any) -> dict[str, Any]:
+    r = http.post("/jobs", json=job_spec(**overrides))
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def predict(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    r = http.get("/jobs/batch_size", params={"job_id": job_id})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def report(
+    http: httpx.Client,
+    trial: dict[str, Any],
+    cost: float,
+    *,
+    metric: float = 0.6,
+    epoch: int = 1,
+) -> dict[str, Any]:
+    body = dict(trial, time=1.0, energy=energy_for(cost), metric=metric, current_epoch=epoch)
+    r = http.post("/report", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def trial_rows(db: Database, job_id: str) -> list[tuple]:
+    return db.query(
+        "SELECT trial_number, batch_size, type, status, converged, report_count "
+        "FROM bso_trial WHERE job_id = :j ORDER BY trial_number",
+        j=job_id,
+    )
+
+
+# -- registration ----------------------------------------------------------------------------
+
+
+def test_register_new_identical_and_conflicting(http: httpx.Client, db: Database) -> None:
+    spec = job_spec(error=True, seed=3)  # Unknown keys (the reference tests send some) are ignored.
+    r = http.post("/jobs", json=spec)
+    assert r.status_code == 201, r.text
+    created = r.json()
+    assert created["job_id"] == spec["job_id"]
+    assert created["batch_sizes"] == sorted(spec["batch_sizes"])
+    assert "error" not in created
+
+    r = http.post("/jobs", json=spec)
+    assert r.status_code == 200
+    assert r.json() == created
+
+    r = http.post("/jobs", json={**spec, "default_batch_size": 512})
+    assert r.status_code == 409
+    assert "default_batch_size" in r.json()["message"]
+    rows = db.query("SELECT default_batch_size FROM bso_job WHERE job_id = :j", j=spec["job_id"])
+    assert rows == [(1024,)]
+
+
+def test_register_generates_job_id_from_prefix(http: httpx.Client) -> None:
+    ids = set()
+    for _ in range(3):
+        r = http.post("/jobs", json=job_spec(job_id=None, job_id_prefix="gen"))
+        assert r.status_code == 201, r.text
+        ids.add(r.json()["job_id"])
+    assert len(ids) == 3
+    assert all(i.startswith("gen-") for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"default_batch_size": 128}, "default_batch_size"),  # not in the list
+        ({"default_batch_size": 0}, "default_batch_size"),
+        ({"batch_sizes": [0, 1024]}, "batch_sizes"),
+        ({"batch_sizes": []}, "batch_sizes"),
+        ({"batch_sizes": [1024, 1024]}, "batch_sizes"),
+        ({"max_epochs": 0}, "max_epochs"),
+        ({"eta_knob": 1.1}, "eta_knob"),
+        ({"eta_knob": -0.1}, "eta_knob"),
+        ({"beta_knob": 0}, "beta_knob"),
+        ({"beta_knob": -2.0}, "beta_knob"),
+        ({"num_pruning_rounds": -1}, "num_pruning_rounds"),
+        ({"max_power": 0}, "max_power"),
+        ({"number_of_gpus": 0}, "number_of_gpus"),
+        ({"gpu_model": ""}, "gpu_model"),
+        ({"job_id": "other-1"}, "job_id"),  # must start with the prefix
+    ],
+)
+def test_register_rejects_bad_config(
+    http: httpx.Client, db: Database, overrides: dict[str, Any], field: str
+) -> None:
+    spec = job_spec(**overrides)
+    r = http.post("/jobs", json=spec)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["message"]
+    assert db.query("SELECT count(*) FROM bso_job WHERE job_id = :j", j=spec["job_id"]) == [(0,)]
+
+
+def test_register_rejects_malformed_and_non_finite_json(http: httpx.Client) -> None:
+    r = http.post("/jobs", content=b'{"job_id": ', headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    body = json.dumps(job_spec()).replace('"target_metric": 0.5', '"target_metric": NaN')
+    r = http.post("/jobs", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert "target_metric" in r.json()["message"]
+
+
+def test_delete_job(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    report(http, trial, 10000)
+    r = http.delete("/jobs", params={"job_id": job["job_id"]})
+    assert r.status_code == 200
+    assert trial_rows(db, job["job_id"]) == []
+    r = http.delete("/jobs", params={"job_id": job["job_id"]})
+    assert r.status_code == 404
+    assert "No job was deleted" in r.json()["message"]
+    r = http.get("/jobs/batch_size", params={"job_id": job["job_id"]})
+    assert r.status_code == 400
+
+
+# -- prediction ------------------------------------------------------------------------------
+
+
+def test_predict_default_then_concurrent(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    first = predict(http, job["job_id"])
+    assert first == {"job_id": job["job_id"], "batch_size": 1024, "trial_number": 1}
+    # The default is still being explored: a concurrent recurrence gets the best-so-far (default).
+    second = predict(http, job["job_id"])
+    assert second == {"job_id": job["job_id"], "batch_size": 1024, "trial_number": 2}
+    assert [r[:4] for r in trial_rows(db, job["job_id"])] == [
+        (1, 1024, "Exploration", "Dispatched"),
+        (2, 1024, "Concurrent", "Dispatched"),
+    ]
+
+
+def test_predict_unknown_job_and_missing_parameter(http: httpx.Client) -> None:
+    r = http.get("/jobs/batch_size", params={"job_id": "test-nope"})
+    assert r.status_code == 400
+    assert "Unknown job" in r.json()["message"]
+    r = http.get("/jobs/batch_size")
+    assert r.status_code == 422
+    assert "job_id" in r.json()["message"]
+
+
+def test_concurrent_predictions_get_distinct_trial_numbers(
+    server: ServerProcess, db: Database
+) -> None:
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        job = register(http)
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=server.base_url, timeout=30) as c:
+            return predict(c, job["job_id"])["trial_number"]
+
+    with ThreadPoolExecutor(16) as pool:
+        numbers = sorted(pool.map(one, range(48)))
+    assert numbers == list(range(1, 49))
+    rows = trial_rows(db, job["job_id"])
+    assert [r[0] for r in rows] == list(range(1, 49))
+    assert sum(1 for r in rows if r[2] == "Exploration") == 1
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def test_report_converged_and_over_budget(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    jid = job["job_id"]
+    t1 = predict(http, jid)
+    r = report(http, t1, 23157, metric=0.55)
+    assert r == {"stop_train": True, "converged": True, "message": "Train succeeded"}
+    t2 = predict(http, jid)
+    assert t2["batch_size"] == 512
+    # Within budget and not converged: keep going.
+    r = report(http, t2, 30000, metric=0.3, epoch=1)
+    assert r["stop_train"] is False and r["converged"] is False
+    assert r["message"] == "Stop condition not met, keep training"
+    # Beyond beta * min_cost = 2 * 23157: early stop, even though the metric converged.
+    r = report(http, t2, 48000, metric=0.9, epoch=2)
+    assert r["stop_train"] is True and r["converged"] is False
+    assert "exceeded the cost upper bound" in r["message"]
+    rows = trial_rows(db, jid)
+    assert rows[0][3:] == ("Succeeded", True, 1)
+    assert rows[1][3:] == ("Succeeded", False, 2)
+    # Only the converged trial defines the best cost.
+    assert db.query(
+        "SELECT min_cost, min_cost_batch_size FROM bso_job WHERE job_id = :j", j=jid
+    ) == [(pytest.approx(23157), 1024)]
+
+
+def test_report_max_epochs_without_beta(http: httpx.Client) -> None:
+    job = register(http, beta_knob=None, max_epochs=3)
+    trial = predict(http, job["job_id"])
+    for epoch in (1, 2):
+        assert report(http, trial, 1e9, metric=0.1, epoch=epoch)["stop_train"] is False
+    r = report(http, trial, 1e9, metric=0.1, epoch=3)
+    assert r["stop_train"] is True and r["converged"] is False
+    assert r["message"] == "Train failed to converge within max_epoch(3)"
+
+
+def test_report_twice_says_already_reported(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    report(http, trial, 10000)
+    r = report(http, trial, 10000)
+    assert r["stop_train"] is True and r["converged"] is True
+    assert r["message"] == "Result for this trial(1) is already reported."
+    assert trial_rows(db, job["job_id"])[0][5] == 1  # The duplicate is not recorded.
+
+
+def test_lower_is_better_metric(http: httpx.Client) -> None:
+    job = register(http, higher_is_better_metric=False, target_metric=40.0)
+    trial = predict(http, job["job_id"])
+    assert report(http, trial, 10000, metric=41.0)["stop_train"] is False
+    assert report(http, trial, 10000, metric=39.0, epoch=2)["converged"] is True
+
+
+def test_min_cost_ignores_non_converged_trials(http: httpx.Client, db: Database) -> None:
+    """The reference bug: a cheap failure set the threshold and early-stopped good batch sizes."""
+    job = register(http, max_epochs=2)
+    jid = job["job_id"]
+    t1 = predict(http, jid)
+    report(http, t1, 2000, metric=0.1, epoch=1)
+    r = report(http, t1, 2000, metric=0.1, epoch=2)
+    assert r["converged"] is False
+    assert db.query("SELECT min_cost FROM bso_job WHERE job_id = :j", j=jid) == [(None,)]
+    t2 = predict(http, jid)
+    assert t2["batch_size"] == 2048  # The default failed: pruning turns upwards.
+    r = report(http, t2, 8000, metric=0.9)  # 8000 > 2 * 2000, yet no valid bound exists yet.
+    assert r == {"stop_train": True, "converged": True, "message": "Train succeeded"}
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "field"),
+    [
+        ({"trial_number": 99}, 400, "trial_number"),
+        ({"job_id": "test-unknown"}, 400, "job_id"),
+        ({"batch_size": 100}, 400, "batch_size"),  # not in the job's list
+        ({"batch_size": 512}, 400, "batch_size"),  # in the list but not this trial's
+        ({"energy": -1.0}, 422, "energy"),
+        ({"time": -0.5}, 422, "time"),
+        ({"current_epoch": -1}, 422, "current_epoch"),
+        ({"trial_number": 0}, 422, "trial_number"),
+    ],
+)
+def test_report_rejects_bad_input_without_side_effects(
+    http: httpx.Client, db: Database, change: dict[str, Any], status: int, field: str
+) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    body = dict(trial, time=1.0, energy=100.0, metric=0.6, current_epoch=1)
+    body.update(change)
+    r = http.post("/report", json=body)
+    assert r.status_code == status, r.text
+    assert field in r.json()["message"]
+    assert trial_rows(db, job["job_id"]) == [(1, 1024, "Exploration", "Dispatched", None, 0)]
+    assert db.query("SELECT min_cost FROM bso_job WHERE job_id = :j", j=job["job_id"]) == [(None,)]
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("field", ["time", "energy", "metric"])
+def test_report_rejects_non_finite_numbers(
+    http: httpx.Client, db: Database, field: str, literal: str
+) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    body = dict(trial, time=1.0, energy=100.0, metric=0.6, current_epoch=1)
+    body[field] = "__X__"
+    raw = json.dumps(body).replace('"__X__"', literal)
+    r = http.post("/report", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert field in r.json()["message"]
+    assert trial_rows(db, job["job_id"])[0][3] == "Dispatched"
+
+
+def test_report_malformed_json(http: httpx.Client) -> None:
+    r = http.post("/report", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+
+
+# -- ending trials ---------------------------------------------------------------------------
+
+
+def test_end_trial(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    jid = job["job_id"]
+    t1 = predict(http, jid)
+    r = http.patch("/trials", json=t1)
+    assert r.status_code == 200
+    assert trial_rows(db, jid)[0][3] == "Failed"
+    r = report(http, t1, 10000)
+    assert r["stop_train"] is True and r["converged"] is False
+    assert "already reported" in r["message"]
+    # A failed exploration is explored again.
+    t2 = predict(http, jid)
+    assert (t2["batch_size"], t2["trial_number"]) == (1024, 2)
+    report(http, t2, 10000)
+    assert http.patch("/trials", json=t2).status_code == 200  # After the report: no change.
+    assert trial_rows(db, jid)[1][3] == "Succeeded"
+    r = http.patch("/trials", json=dict(t2, trial_number=7))
+    assert r.status_code == 404
+    r = http.patch("/trials", json=dict(t2, job_id="test-unknown"))
+    assert r.status_code == 404
+
+
+# -- the optimizer through the API -----------------------------------------------------------
+
+# Scripted costs; None = does not converge (reaches max_epochs below the target).
+SCRIPT = {1024: 10000, 512: 8000, 256: 9000, 64: None, 2048: 12000, 4096: 30000, 32: 9500}
+
+
+def run_trial(http: httpx.Client, trial: dict[str, Any], max_epochs: int = 100) -> dict[str, Any]:
+    cost = SCRIPT[trial["batch_size"]]
+    if cost is None:
+        return report(http, trial, 5000, metric=0.1, epoch=max_epochs)
+    return report(http, trial, cost)
+
+
+def test_pruning_then_thompson_sampling(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    jid = job["job_id"]
+    seq = []
+    # Round 1: down from 1024 until 64 fails, then up until 4096 exceeds 2 * 8000.
+    # Round 2: over the survivors [256, 512, 1024, 2048] from the cheapest, 512.
+    expected = [1024, 512, 256, 64, 2048, 4096, 512, 256, 1024, 2048]
+    for i, want in enumerate(expected):
+        trial = predict(http, jid)
+        assert trial["batch_size"] == want, (i, seq)
+        if i in (1, 7):
+            # Concurrent recurrence while an exploration is in flight: the best so far.
+            concurrent = predict(http, jid)
+            assert concurrent["batch_size"] == (1024 if i == 1 else 512)
+            run_trial(http, concurrent)
+        seq.append(want)
+        run_trial(http, trial)
+    assert db.query("SELECT stage FROM bso_job WHERE job_id = :j", j=jid) == [("Pruning",)]
+    # Deterministic costs give zero-variance arms: Thompson sampling always takes the cheapest.
+    for _ in range(50):
+        trial = predict(http, jid)
+        assert trial["batch_size"] == 512
+        run_trial(http, trial)
+    arms = db.query("SELECT batch_size FROM bso_arm WHERE job_id = :j ORDER BY batch_size", j=jid)
+    assert [a[0] for a in arms] == [256, 512, 1024, 2048]
+    assert db.query("SELECT stage FROM bso_job WHERE job_id = :j", j=jid) == [("MAB",)]
+    rows = trial_rows(db, jid)
+    assert len(rows) == 12 + 50
+    assert all(r[3] == "Succeeded" for r in rows)
+
+
+def test_thompson_sampling_explores_noisy_arms(http: httpx.Client, db: Database) -> None:
+    job = register(http, num_pruning_rounds=1, batch_sizes=[256, 512, 1024], window_size=0)
+    jid = job["job_id"]
+    for want in (1024, 512, 256):
+        trial = predict(http, jid)
+        assert trial["batch_size"] == want
+        report(http, trial, {1024: 10000, 512: 9000, 256: 9500}[want])
+    # One observation per arm < mab_num_explorations (2): each arm is explored once more.
+    explored = []
+    for _ in range(3):
+        trial = predict(http, jid)
+        explored.append(trial["batch_size"])
+        report(http, trial, {1024: 11000, 512: 8000, 256: 9900}[trial["batch_size"]])
+    assert sorted(explored) == [256, 512, 1024]
+    obs = db.query("SELECT num_observations FROM bso_arm WHERE job_id = :j", j=jid)
+    assert sorted(o[0] for o in obs) == [2, 2, 2]
+    picks = [predict(http, jid)["batch_size"] for _ in range(40)]
+    assert set(picks) <= {256, 512, 1024}
+    assert picks.count(512) > 20  # Clearly the cheapest arm.
+
+
+def test_pruning_with_no_survivor_is_a_conflict(http: httpx.Client) -> None:
+    job = register(http, max_epochs=1)
+    jid = job["job_id"]
+    while True:
+        r = http.get("/jobs/batch_size", params={"job_id": jid})
+        if r.status_code != 200:
+            break
+        report(http, r.json(), 10000, metric=0.0, epoch=1)
+    assert r.status_code == 409
+    assert "No batch size converged" in r.json()["message"]
