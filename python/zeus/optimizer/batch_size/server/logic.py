@@ -157,7 +157,8 @@ def fit_arm(
     if len(rewards) == 0:
         return ArmState(batch_size, float(prior_mean), float(prior_precision), 0.0, 0)
     r = np.asarray(rewards, dtype=np.float64)
-    var = float(np.var(r))
+    # Equal rewards have zero variance; np.var can return a rounding residue (e.g. 1e-32) instead.
+    var = 0.0 if bool(np.all(r == r[0])) else float(np.var(r))
     if var == 0.0:
         return ArmState(batch_size, float(r.mean()), math.inf, math.inf, len(r))
     reward_prec = 1.0 / var

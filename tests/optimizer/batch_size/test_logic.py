@@ -1,0 +1,266 @@
+"""Property tests of the optimizer's pure decisions: explorer, bandit update, stop rule."""
+
+from __future__ import annotations
+
+import math
+from typing import Generator
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from zeus.optimizer.batch_size.server.logic import (
+    ArmState,
+    Exploration,
+    ExploreNext,
+    NoConvergedBatchSizeError,
+    PruningDone,
+    WaitForExploration,
+    decide_report,
+    dump_rng,
+    fit_arm,
+    load_rng,
+    new_rng_state,
+    next_exploration,
+    thompson_predict,
+)
+
+# -- explorer --------------------------------------------------------------------------------
+
+
+def generator_explorer(
+    bss: list[int], default: int, rounds: int
+) -> Generator[int, tuple[bool, float], list[int]]:
+    """An independent formulation (the legacy, stateful generator protocol) as the oracle."""
+    for _ in range(rounds):
+        i = bss.index(default)
+        good, best = [], (math.inf, default)
+        for direction in (list(reversed(bss[: i + 1])), bss[i + 1 :]):
+            for bs in direction:
+                converged, cost = yield bs
+                if not converged:
+                    break
+                good.append(bs)
+                if cost < best[0]:
+                    best = (cost, bs)
+        if not good:
+            raise NoConvergedBatchSizeError
+        bss, default = sorted(good), best[1]
+    return bss
+
+
+@st.composite
+def explorer_case(draw: st.DrawFn) -> tuple[list[int], int, int, dict]:
+    bss = sorted(draw(st.sets(st.integers(1, 4096), min_size=1, max_size=8)))
+    default = draw(st.sampled_from(bss))
+    rounds = draw(st.integers(0, 3))
+    outcomes = {
+        (bs, r): (draw(st.booleans()), float(draw(st.integers(1, 5))))
+        for bs in bss
+        for r in range(rounds)
+    }
+    return bss, default, rounds, outcomes
+
+
+@settings(max_examples=300, deadline=None)
+@given(explorer_case())
+def test_explorer_matches_generator_formulation(case: tuple) -> None:
+    bss, default, rounds, outcomes = case
+    # Oracle run.
+    oracle_seq: list[int] = []
+    gen = generator_explorer(list(bss), default, rounds)
+    oracle_error = False
+    try:
+        bs = next(gen)
+        while True:
+            oracle_seq.append(bs)
+            r = sum(1 for b in oracle_seq if b == bs) - 1
+            bs = gen.send(outcomes[(bs, r)])
+    except StopIteration as stop:
+        oracle_final = stop.value
+    except NoConvergedBatchSizeError:
+        oracle_error = True
+
+    # Stateless replay, one exploration at a time, as the server does it.
+    explorations: dict[int, list[Exploration]] = {}
+    seq: list[int] = []
+    for _ in range(len(bss) * max(rounds, 1) + 1):
+        try:
+            step = next_exploration(bss, default, rounds, explorations)
+        except NoConvergedBatchSizeError:
+            assert oracle_error
+            assert seq == oracle_seq
+            return
+        if isinstance(step, PruningDone):
+            break
+        assert isinstance(step, ExploreNext)
+        bs = step.batch_size
+        r = len(explorations.get(bs, []))
+        # While in flight, concurrent callers wait.
+        explorations.setdefault(bs, []).append(Exploration(True, False, 0.0))
+        assert isinstance(next_exploration(bss, default, rounds, explorations), WaitForExploration)
+        converged, cost = outcomes[(bs, r)]
+        explorations[bs][-1] = Exploration(False, converged, cost)
+        seq.append(bs)
+    else:
+        pytest.fail("explorer did not terminate")
+    assert not oracle_error
+    assert seq == oracle_seq
+    assert step.batch_sizes == oracle_final
+    # Survivors converged in every round they were explored in.
+    for bs in step.batch_sizes:
+        assert len(explorations.get(bs, [])) == rounds
+        assert all(e.converged for e in explorations.get(bs, []))
+
+
+def test_explorer_examples() -> None:
+    bss = [8, 16, 32, 64, 128, 256]
+    # Everyone converges; cost is lowest at 32: round 2 restarts from 32.
+    cost = {8: 5.0, 16: 3.0, 32: 1.0, 64: 2.0, 128: 4.0, 256: 6.0}
+    exps: dict[int, list[Exploration]] = {}
+    seq = []
+    while True:
+        step = next_exploration(bss, 64, 2, exps)
+        if isinstance(step, PruningDone):
+            break
+        assert isinstance(step, ExploreNext)
+        seq.append(step.batch_size)
+        exps.setdefault(step.batch_size, []).append(Exploration(False, True, cost[step.batch_size]))
+    assert seq == [64, 32, 16, 8, 128, 256, 32, 16, 8, 64, 128, 256]
+    assert step.batch_sizes == bss
+    # Zero rounds: every batch size is an arm.
+    assert next_exploration(bss, 64, 0, {}) == PruningDone(bss)
+
+
+# -- bandit update ---------------------------------------------------------------------------
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(finite, min_size=2, max_size=30))
+def test_fit_arm_flat_prior_is_sample_statistics(rewards: list[float]) -> None:
+    var = float(np.var(rewards))
+    assume(var > 1e-6)
+    arm = fit_arm(32, 0.0, 0.0, rewards)
+    assert arm.num_observations == len(rewards)
+    assert arm.param_mean == pytest.approx(float(np.mean(rewards)), rel=1e-9, abs=1e-6)
+    assert arm.reward_precision == pytest.approx(1.0 / var)
+    assert arm.param_precision == pytest.approx(len(rewards) / var)
+
+
+@given(
+    st.lists(finite, min_size=2, max_size=30),
+    finite,
+    st.floats(0.0, 1e3, allow_nan=False),
+)
+def test_fit_arm_posterior_between_prior_and_data(
+    rewards: list[float], prior_mean: float, prior_prec: float
+) -> None:
+    assume(np.var(rewards) > 1e-6)
+    arm = fit_arm(32, prior_mean, prior_prec, rewards)
+    assert arm.param_precision >= prior_prec
+    lo, hi = sorted((prior_mean, float(np.mean(rewards))))
+    tol = 1e-6 * (1 + abs(lo) + abs(hi))
+    assert lo - tol <= arm.param_mean <= hi + tol
+    # Order of observations does not matter.
+    again = fit_arm(32, prior_mean, prior_prec, list(reversed(rewards)))
+    assert again.param_mean == pytest.approx(arm.param_mean, rel=1e-9, abs=1e-6)
+    assert again.param_precision == pytest.approx(arm.param_precision)
+
+
+@given(finite, st.integers(1, 10), finite, st.floats(0.0, 10.0))
+def test_fit_arm_equal_rewards_collapse(r: float, n: int, prior_mean: float, p0: float) -> None:
+    arm = fit_arm(8, prior_mean, p0, [r] * n)
+    assert math.isinf(arm.param_precision) and math.isinf(arm.reward_precision)
+    assert arm.param_mean == pytest.approx(r)
+
+
+def test_fit_arm_without_rewards_keeps_prior() -> None:
+    assert fit_arm(8, -3.0, 0.5, []) == ArmState(8, -3.0, 0.5, 0.0, 0)
+
+
+@st.composite
+def arm_sets(draw: st.DrawFn) -> list[ArmState]:
+    bss = sorted(draw(st.sets(st.integers(1, 1024), min_size=1, max_size=6)))
+    return [
+        ArmState(
+            bs,
+            draw(finite),
+            draw(st.one_of(st.just(math.inf), st.floats(1e-6, 1e6))),
+            1.0,
+            draw(st.integers(0, 4)),
+        )
+        for bs in bss
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(arm_sets(), st.integers(0, 3), st.integers(0, 2**32))
+def test_thompson_predict_rules(arms: list[ArmState], k: int, seed: int) -> None:
+    rng = load_rng(new_rng_state(seed))
+    twin = load_rng(dump_rng(rng))  # Persisted state continues identically.
+    bs = thompson_predict(arms, k, rng)
+    assert bs == thompson_predict(arms, k, twin)
+    assert dump_rng(rng) == dump_rng(twin)
+    chosen = next(a for a in arms if a.batch_size == bs)
+    under_explored = [a for a in arms if a.num_observations < k or a.num_observations == 0]
+    if under_explored:
+        assert chosen in under_explored
+    elif all(math.isinf(a.param_precision) for a in arms):
+        best = max(a.param_mean for a in arms)
+        assert chosen == next(a for a in arms if a.param_mean == best)
+
+
+def test_thompson_predict_prefers_clearly_better_arm() -> None:
+    rng = np.random.default_rng(0)
+    arms = [ArmState(32, -100.0, 1.0, 1.0, 5), ArmState(64, -90.0, 1.0, 1.0, 5)]
+    picks = [thompson_predict(arms, 2, rng) for _ in range(200)]
+    assert picks.count(64) > 190
+
+
+# -- stop rule -------------------------------------------------------------------------------
+
+
+@given(
+    cost=st.floats(0, 1e6),
+    metric=st.floats(-10, 10),
+    epoch=st.integers(0, 20),
+    target=st.floats(-10, 10),
+    hib=st.booleans(),
+    max_epochs=st.integers(1, 20),
+    beta=st.one_of(st.none(), st.floats(0.1, 5)),
+    min_cost=st.one_of(st.none(), st.floats(1, 1e6)),
+)
+def test_decide_report_rule(
+    cost: float,
+    metric: float,
+    epoch: int,
+    target: float,
+    hib: bool,
+    max_epochs: int,
+    beta: float | None,
+    min_cost: float | None,
+) -> None:
+    d = decide_report(
+        batch_size=64,
+        cost=cost,
+        metric=metric,
+        current_epoch=epoch,
+        target_metric=target,
+        higher_is_better=hib,
+        max_epochs=max_epochs,
+        beta_knob=beta,
+        min_cost=min_cost,
+    )
+    within = beta is None or min_cost is None or cost <= beta * min_cost
+    reached = metric >= target if hib else metric <= target
+    assert d.stop == (not within or reached or epoch >= max_epochs)
+    assert d.converged == (d.stop and within and reached)
+    if not d.stop:
+        assert d.message == "Stop condition not met, keep training"
+    elif not within:
+        assert "exceeded the cost upper bound" in d.message
+    elif reached:
+        assert d.message == "Train succeeded"
+    else:
+        assert d.message == f"Train failed to converge within max_epoch({max_epochs})"
