@@ -50,6 +50,7 @@ class ZeusMonitor(_core.ZeusMonitor):
 
     Do not create a monitor at module level of code that spawns processes; create it where it
     is used.
+
     """
 
     def __init__(
@@ -72,6 +73,7 @@ class ZeusMonitor(_core.ZeusMonitor):
 
         Raises:
             ValueError: `gpu_indices` is empty, repeats a GPU or names one that is not visible.
+
         """
         self.gpus = get_gpus()
         indices: list[int] | None = None
@@ -88,9 +90,7 @@ class ZeusMonitor(_core.ZeusMonitor):
         self.power_monitor: PowerMonitor | None = self._init(
             self.gpus, indices, bool(approx_instant_energy), path, sync, power_monitor
         )
-        self.gpu_indices: list[int] = (
-            list(range(len(self.gpus))) if indices is None else indices
-        )
+        self.gpu_indices: list[int] = list(range(len(self.gpus))) if indices is None else indices
 
     def __repr__(self) -> str:
         """Show the monitored GPUs."""

@@ -9,6 +9,7 @@ Example:
     >>> from zeus.monitor import PowerMonitor
     >>> with PowerMonitor(gpu_indices=[0]) as pm:
     ...     start = pm.gpus_now()  # doctest: +SKIP
+
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ pub const MIN_PERIOD: f64 = 1e-4;
 /// How long period detection may sample one GPU model.
 const DETECT_BUDGET: Duration = Duration::from_millis(600);
 /// Value changes to observe before trusting the detected period.
-const DETECT_CHANGES: usize = 6;
+const DETECT_CHANGES: usize = 8;
 /// Default timeline length in time: one hour of samples, at most [`MAX_DEFAULT_SAMPLES`].
 const DEFAULT_SPAN_S: f64 = 3600.0;
 const MAX_DEFAULT_SAMPLES: usize = 1 << 20;
@@ -35,7 +35,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Detect how often the power reading of GPU `index` changes, by reading it back to back and
-/// taking the shortest interval between changes. Uses the backend's own figure when it has one
+/// taking the median interval between changes. Uses the backend's own figure when it has one
 /// (the simulator; a virtual clock cannot be sampled in real time anyway).
 ///
 /// `Ok(None)` when the reading did not change often enough within the time budget (an idle
@@ -58,12 +58,18 @@ pub fn detect_update_period(gpus: &Gpus, index: usize) -> GpuResult<Option<f64>>
             last = v;
         }
     }
-    // The first change happens at an unknown phase; only intervals between changes count.
-    let shortest = changes
+    // The first change happens at an unknown phase; only intervals between changes count. The
+    // median, not the minimum: a poll delayed by the scheduler makes one interval long and the
+    // next one short, and the minimum would pick the short one.
+    let mut gaps: Vec<f64> = changes
         .windows(2)
         .map(|w| (w[1] - w[0]).as_secs_f64())
-        .fold(f64::INFINITY, f64::min);
-    Ok(shortest.is_finite().then_some(shortest))
+        .collect();
+    if gaps.is_empty() {
+        return Ok(None);
+    }
+    gaps.sort_by(f64::total_cmp);
+    Ok(Some(gaps[gaps.len() / 2]))
 }
 
 /// The sampling period the reference intends for `indices`: half the shortest counter update

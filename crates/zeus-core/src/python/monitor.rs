@@ -51,7 +51,10 @@ fn core_gpus(obj: &Bound<'_, PyAny>) -> PyResult<Gpus> {
     let g = obj.cast::<PyGpus>().map_err(|_| {
         PyValueError::new_err(format!(
             "expected a zeus.device.GPUs object, got {}",
-            obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     Ok(g.get().inner.clone())
@@ -163,7 +166,11 @@ impl PyMeasurement {
     }
 }
 
-fn make_measurement(py: Python<'_>, time: f64, values: Vec<(usize, f64)>) -> PyResult<Py<PyMeasurement>> {
+fn make_measurement(
+    py: Python<'_>,
+    time: f64,
+    values: Vec<(usize, f64)>,
+) -> PyResult<Py<PyMeasurement>> {
     Py::new(
         py,
         PyMeasurement {
@@ -198,7 +205,11 @@ impl PyPowerMonitor {
         }
     }
 
-    fn to_dict<'py>(&self, py: Python<'py>, v: Option<Vec<f64>>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn to_dict<'py>(
+        &self,
+        py: Python<'py>,
+        v: Option<Vec<f64>>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let Some(v) = v else { return Ok(None) };
         let d = PyDict::new(py);
         for (i, x) in self.inner.gpu_indices().iter().zip(v) {
@@ -279,7 +290,8 @@ impl PyPowerMonitor {
     /// On the virtual clock this is how samples are taken: advance the clock, then sample.
     fn sample_now(&self, py: Python<'_>) -> PyResult<bool> {
         let inner = &self.inner;
-        py.detach(|| inner.sample_now()).map_err(|e| gpu_error(py, e))
+        py.detach(|| inner.sample_now())
+            .map_err(|e| gpu_error(py, e))
     }
 
     /// Stop the sampling thread. Samples taken so far stay readable. Idempotent.
@@ -314,7 +326,11 @@ impl PyPowerMonitor {
     /// Power in watts per GPU: the latest sample if `time` is `None`, else the first sample at
     /// or after `time` (the latest if none). `None` if nothing was sampled yet.
     #[pyo3(signature = (time = None))]
-    fn get_power<'py>(&self, py: Python<'py>, time: Option<f64>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn get_power<'py>(
+        &self,
+        py: Python<'py>,
+        time: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.check_thread(py)?;
         let v = self.inner.get_power(time);
         self.to_dict(py, v)
@@ -335,7 +351,11 @@ impl PyPowerMonitor {
             "PowerMonitor(gpu_indices={:?}, update_period={}, running={})",
             self.inner.gpu_indices(),
             crate::monitor::counter::py_float(self.inner.update_period()),
-            if self.inner.is_running() { "True" } else { "False" }
+            if self.inner.is_running() {
+                "True"
+            } else {
+                "False"
+            }
         )
     }
 }
@@ -358,7 +378,9 @@ pub(crate) struct PyZeusMonitor {
 impl PyZeusMonitor {
     fn state(&self) -> PyResult<&MonitorState> {
         self.state.get().ok_or_else(|| {
-            PyRuntimeError::new_err("ZeusMonitor is not initialised: call ZeusMonitor.__init__ first")
+            PyRuntimeError::new_err(
+                "ZeusMonitor is not initialised: call ZeusMonitor.__init__ first",
+            )
         })
     }
 }

@@ -1,0 +1,347 @@
+"""ZeusMonitor on the simulated GPU (virtual clock): window rules, arithmetic, logs, warnings."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+
+import pytest
+import zeus.sim
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from zeus.monitor import Measurement, PowerMonitor, ZeusMonitor
+
+# Counters are whole millijoules: each reading truncates by < 1 mJ.
+COUNTER_TOL = 2e-3
+
+
+def true_energies(n: int) -> list[float]:
+    return [zeus.sim.true_energy(i) for i in range(n)]
+
+
+def test_measurement_is_a_plain_value():
+    m = Measurement(time=2.0, energy={0: 1.5, 3: 2.5})
+    assert m.time == 2.0
+    assert m.energy == {0: 1.5, 3: 2.5}
+    assert m.total_energy == 4.0
+    assert repr(m) == "Measurement(time=2.0, energy={0: 1.5, 3: 2.5})"
+    assert m == Measurement(2.0, {0: 1.5, 3: 2.5})
+    assert m != Measurement(2.0, {0: 1.5})
+    assert pickle.loads(pickle.dumps(m)) == m
+    m.energy[0] = 10.0
+    assert m.total_energy == 12.5
+
+
+def test_window_key_rules(sim_gpus):
+    sim_gpus("A40,V100")
+    mon = ZeusMonitor()
+    assert mon.gpu_indices == [0, 1]
+    assert len(mon.gpus) == 2
+    mon.begin_window("train")
+    with pytest.raises(ValueError, match=r"^Measurement window 'train' already exists$"):
+        mon.begin_window("train")
+    with pytest.raises(ValueError, match=r"^Measurement window 'eval' does not exist$"):
+        mon.end_window("eval")
+    zeus.sim.advance(1.0)
+    mon.end_window("train")
+    with pytest.raises(ValueError, match="'train' does not exist"):
+        mon.end_window("train")
+    # A closed key can be reused.
+    mon.begin_window("train")
+    zeus.sim.advance(1.0)
+    assert mon.end_window("train").time == pytest.approx(1.0)
+
+
+def test_nested_and_overlapping_windows_over_several_gpus(sim_gpus):
+    sim_gpus("A40,V100,A100")
+    mon = ZeusMonitor()
+    t = zeus.sim.now
+    marks = {}
+
+    def begin(k: str) -> None:
+        mon.begin_window(k, sync_cuda=False)
+        marks[k] = (t(), true_energies(3))
+
+    def end(k: str) -> Measurement:
+        m = mon.end_window(k, sync_cuda=False)
+        t0, e0 = marks.pop(k)
+        assert m.time == pytest.approx(t() - t0, abs=1e-6)
+        e1 = true_energies(3)
+        assert set(m.energy) == {0, 1, 2}
+        for i in range(3):
+            assert m.energy[i] == pytest.approx(e1[i] - e0[i], abs=COUNTER_TOL)
+        return m
+
+    begin("outer")
+    zeus.sim.set_busy(0)
+    zeus.sim.advance(2.0)
+    begin("a")
+    zeus.sim.set_busy(1)
+    zeus.sim.advance(1.0)
+    begin("b")  # overlaps a
+    zeus.sim.advance(3.0)
+    a = end("a")
+    zeus.sim.set_busy(2)
+    zeus.sim.advance(1.5)
+    b = end("b")
+    outer = end("outer")
+    assert outer.time == pytest.approx(a.time + 2.0 + 1.5)
+    assert b.time == pytest.approx(4.5)
+    # A busy GPU draws more than an idle one over the same window.
+    assert outer.energy[0] > outer.energy[2] > 0
+
+
+def test_cancel_returns_zeros_and_logs_nothing(sim_gpus, tmp_path: Path):
+    sim_gpus("A40,V100")
+    log = tmp_path / "log.csv"
+    mon = ZeusMonitor(gpu_indices=[1, 0], log_file=log)
+    mon.begin_window("x")
+    zeus.sim.advance(5.0)
+    m = mon.end_window("x", cancel=True)
+    assert m == Measurement(time=0.0, energy={1: 0.0, 0: 0.0})
+    assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+    with pytest.raises(ValueError, match="does not exist"):
+        mon.end_window("x")
+
+
+def test_log_file_format_and_flush(sim_gpus, tmp_path: Path):
+    sim_gpus("A40,V100")
+    log = tmp_path / "deep" / "er" / "log.csv"
+    mon = ZeusMonitor(gpu_indices=[1, 0], log_file=log)
+    assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+    mon.begin_window("outer")
+    t_outer = zeus.sim.now()
+    zeus.sim.advance(1.0)
+    mon.begin_window("inner")
+    t_inner = zeus.sim.now()
+    zeus.sim.advance(0.5)
+    inner = mon.end_window("inner")
+    # Flushed per row: readable while the monitor is alive.
+    rows = log.read_text().splitlines()
+    assert len(rows) == 2
+    assert rows[1] == f"{t_inner},inner,{inner.time},{inner.energy[1]},{inner.energy[0]}"
+    zeus.sim.advance(0.25)
+    outer = mon.end_window("outer")
+    rows = log.read_text().splitlines()
+    assert rows[2] == f"{t_outer},outer,{outer.time},{outer.energy[1]},{outer.energy[0]}"
+    fields = rows[2].split(",")
+    assert float(fields[2]) == pytest.approx(1.75)
+
+
+def test_pre_volta_p100_integrates_power_timeline(sim_gpus):
+    """A P100 has no energy counter: energy comes from a power timeline, within 2%."""
+    sim_gpus("P100,V100")
+    mon = ZeusMonitor()
+    assert mon._has_counter == [False, True]
+    pm = mon.power_monitor
+    assert isinstance(pm, PowerMonitor)
+    assert pm.gpu_indices == [0]
+    assert not pm.running  # virtual clock: sampling is driven by hand
+    e0 = true_energies(2)
+    mon.begin_window("train")
+    step = 0.005
+    for phase in range(6):
+        busy = phase % 2 == 0
+        zeus.sim.set_busy(0, busy)
+        zeus.sim.set_busy(1, busy)
+        for _ in range(int((0.7 + 0.3 * phase) / step)):
+            zeus.sim.advance(step)
+            pm.sample_now()
+    m = mon.end_window("train")
+    e1 = true_energies(2)
+    want = [e1[i] - e0[i] for i in range(2)]
+    assert m.energy[0] == pytest.approx(want[0], rel=0.02)
+    assert m.energy[1] == pytest.approx(want[1], abs=COUNTER_TOL)
+    assert want[0] > 100.0
+
+
+def test_pre_volta_without_samples_falls_back_to_zero(sim_gpus):
+    sim_gpus("P100")
+    mon = ZeusMonitor()
+    mon.begin_window("w")
+    # The clock did not move: a single timeline point, no energy to integrate.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = mon.end_window("w")
+    assert m.energy == {0: 0.0}
+
+
+def test_approx_instant_energy_fills_windows_the_counter_missed(sim_gpus):
+    sim_gpus("A40")
+    mon = ZeusMonitor(approx_instant_energy=True)
+    assert mon.approx_instant_energy
+    mon.begin_window("tiny")
+    zeus.sim.advance(1e-5)  # 0.3 mJ at 30 W idle: the mJ counter does not move
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = mon.end_window("tiny")
+    assert m.energy[0] == pytest.approx(30.0 * 1e-5, rel=0.02)
+    plain = ZeusMonitor()
+    plain.begin_window("tiny")
+    zeus.sim.advance(1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert plain.end_window("tiny").energy[0] == 0.0
+
+
+def test_short_window_warns_once_per_key(sim_gpus):
+    sim_gpus("A40")
+    mon = ZeusMonitor()
+    with pytest.warns(UserWarning, match=r"'step' lasted .* shorter than .* update period"):
+        mon.begin_window("step")
+        zeus.sim.advance(0.01)
+        mon.end_window("step")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon.begin_window("step")
+        zeus.sim.advance(0.01)
+        mon.end_window("step")
+        mon.begin_window("long")
+        zeus.sim.advance(1.0)
+        mon.end_window("long")
+    with pytest.warns(UserWarning, match="'other'"):
+        mon.begin_window("other")
+        mon.end_window("other")
+
+
+def test_counter_and_timeline_disagreement_is_reported(sim_gpus):
+    sim_gpus("A40")
+    pm = PowerMonitor(update_period=0.01, background=False)
+    mon = ZeusMonitor(power_monitor=pm)
+    # Agreement: the timeline is sampled densely.
+    mon.begin_window("dense")
+    pm.sample_now()
+    zeus.sim.set_busy(0)
+    for _ in range(200):
+        zeus.sim.advance(0.01)
+        pm.sample_now()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon.end_window("dense")
+    # Disagreement: the timeline misses a long idle stretch inside a busy one.
+    mon.begin_window("sparse")
+    pm.sample_now()
+    zeus.sim.set_busy(0, False)
+    zeus.sim.advance(3.0)
+    zeus.sim.set_busy(0, True)
+    zeus.sim.advance(0.01)
+    pm.sample_now()
+    with pytest.warns(UserWarning, match=r"GPU 0's energy counter says .* power timeline"):
+        mon.end_window("sparse")
+
+
+def test_cuda_visible_devices_maps_framework_indices(sim_gpus, tmp_path: Path):
+    # Simulated (physical) GPUs: 0 = A40, 1 = V100, 2 = P100. Visible: P100 then A40.
+    gpus = sim_gpus("A40,V100,P100", visible="2,0")
+    assert gpus.physical_indices == [2, 0]
+    log = tmp_path / "log.csv"
+    mon = ZeusMonitor(gpu_indices=[1], log_file=log)
+    assert mon.power_monitor is None  # framework GPU 1 is the A40, which has a counter
+    assert log.read_text().startswith("start_time,window_name,elapsed_time,gpu1_energy\n")
+    zeus.sim.set_busy(0)  # physical A40
+    e0 = zeus.sim.true_energy(0)
+    mon.begin_window("w")
+    zeus.sim.advance(2.0)
+    m = mon.end_window("w")
+    assert set(m.energy) == {1}
+    assert m.energy[1] == pytest.approx(zeus.sim.true_energy(0) - e0, abs=COUNTER_TOL)
+    all_visible = ZeusMonitor()
+    assert all_visible.gpu_indices == [0, 1]
+    assert all_visible._has_counter == [False, True]
+    assert all_visible.power_monitor.gpu_indices == [0]
+
+
+@pytest.mark.parametrize(
+    ("indices", "match"),
+    [
+        ([], "must not be empty"),
+        ([5], "GPU index 5 is out of range"),
+        ([0, 0], "twice"),
+        ([-1], "got -1"),
+        (["0"], "got '0'"),
+    ],
+)
+def test_bad_gpu_indices(sim_gpus, indices, match):
+    sim_gpus("A40")
+    with pytest.raises(ValueError, match=match):
+        ZeusMonitor(gpu_indices=indices)
+
+
+def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
+    sim_gpus("A40,V100")
+    calls: list[int] = []
+    import zeus.monitor.energy as energy
+
+    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    monkeypatch.setattr(energy, "cuda_sync", calls.append)
+    mon = ZeusMonitor(gpu_indices=[1, 0])
+    mon.begin_window("w")
+    assert calls == [1, 0]
+    zeus.sim.advance(1.0)
+    mon.end_window("w", sync_cuda=False)
+    assert calls == [1, 0]
+    mon.begin_window("v", sync_cuda=False)
+    zeus.sim.advance(1.0)
+    mon.end_window("v")
+    assert calls == [1, 0, 1, 0]
+
+
+def test_measurement_states_show_open_windows(sim_gpus):
+    sim_gpus("A40,P100")
+    mon = ZeusMonitor()
+    zeus.sim.advance(1.0)
+    mon.begin_window("w")
+    t, e = mon.measurement_states["w"]
+    assert t == zeus.sim.now()
+    assert set(e) == {0}  # only GPUs with a counter
+    assert e[0] == pytest.approx(zeus.sim.true_energy(0), abs=COUNTER_TOL)
+    zeus.sim.advance(1.0)
+    mon.end_window("w")
+    assert mon.measurement_states == {}
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.booleans(),  # begin (True) or end
+        st.floats(0.0, 2.0),  # time to advance first
+        st.sampled_from([None, 0, 1]),  # GPU whose load to toggle first
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_any_interleaving_of_windows_matches_ground_truth(sim_gpus, ops):
+    sim_gpus("A40,V100")
+    mon = ZeusMonitor()
+    model: dict[str, tuple[float, list[float]]] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # short windows warn; irrelevant here
+        for key, begin, dt, toggle in ops:
+            zeus.sim.advance(dt)
+            if toggle is not None:
+                zeus.sim.set_busy(toggle, not zeus.sim.is_busy(toggle))
+            if begin:
+                if key in model:
+                    with pytest.raises(ValueError, match="already exists"):
+                        mon.begin_window(key)
+                else:
+                    mon.begin_window(key)
+                    model[key] = (zeus.sim.now(), true_energies(2))
+            elif key not in model:
+                with pytest.raises(ValueError, match="does not exist"):
+                    mon.end_window(key)
+            else:
+                m = mon.end_window(key)
+                t0, e0 = model.pop(key)
+                assert m.time == pytest.approx(zeus.sim.now() - t0, abs=1e-6)
+                e1 = true_energies(2)
+                for i in range(2):
+                    assert m.energy[i] == pytest.approx(e1[i] - e0[i], abs=COUNTER_TOL)
+    assert set(mon.measurement_states) == set(model)
