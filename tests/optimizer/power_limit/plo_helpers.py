@@ -64,3 +64,43 @@ def zeus_cost_choice(rows: list[tuple[int, float, float]], eta: float, world_siz
             best = (pl, cost)
     assert best is not None
     return best[0]
+
+
+class WindowMonitor:
+    """A minimal monitor over the GPUs object (time from `gpus.now()`, energy counters).
+
+    Keeps these tests independent of `zeus.monitor`, which is developed separately.
+    """
+
+    def __init__(self, gpus: object, gpu_indices: list[int]) -> None:
+        self.gpus = gpus
+        self.gpu_indices = list(gpu_indices)
+        self.windows: dict[str, tuple[float, dict[int, int]]] = {}
+        self.log: list[tuple[str, float, float]] = []
+
+    def _energy(self) -> dict[int, int]:
+        return {i: self.gpus.get_total_energy_consumption(i) for i in self.gpu_indices}  # type: ignore[attr-defined]
+
+    def begin_window(self, key: str, sync_cuda: bool = True) -> None:
+        assert key not in self.windows, key
+        self.windows[key] = (self.gpus.now(), self._energy())  # type: ignore[attr-defined]
+
+    def end_window(self, key: str, sync_cuda: bool = True, cancel: bool = False) -> Window:
+        t0, e0 = self.windows.pop(key)
+        t1, e1 = self.gpus.now(), self._energy()  # type: ignore[attr-defined]
+        w = Window(t1 - t0, {i: (e1[i] - e0[i]) / 1000 for i in self.gpu_indices})
+        if not cancel:
+            self.log.append((key, w.time, w.total_energy))
+        return w
+
+
+@dataclass
+class Window:
+    """What `WindowMonitor.end_window` returns."""
+
+    time: float
+    energy: dict[int, float]
+
+    @property
+    def total_energy(self) -> float:
+        return sum(self.energy.values())

@@ -1,0 +1,325 @@
+"""`GlobalPowerLimitOptimizer`: profile power limits during training, then keep the best.
+
+The optimizer walks the power limits of the GPUs from the maximum down to the minimum in steps of
+`pl_step` W. At each limit it warms up for `warmup_steps` training steps, then measures time and
+energy over `profile_steps` steps. When every limit is measured, the optimum selector picks one
+and training continues at it. An epoch that ends in the middle of a warmup or a measurement
+interrupts it: the limit goes back to the maximum for the rest of the epoch (evaluation and data
+loading should not be slowed down) and that limit is retried at the next epoch's first step.
+
+States (`zeus.optimizer.power_limit.models`):
+
+- `Ready(pl, s)`: after `s` steps, set `pl` and go to `Warmup` (straight to `Profiling` when
+  `warmup_steps == 0`).
+- `Warmup(pl, s)`: after `s` steps, open the measurement window and go to `Profiling`.
+- `Profiling(pl, s)`: after `s` steps, close the window, record it, and go on to the next limit
+  or to `Done`.
+- `Done(opt)`: nothing left to do.
+
+An epoch end in `Warmup` or `Profiling` (the window is cancelled) goes to `Ready(pl, 1)` and
+sets the maximum limit.
+
+Deliberate differences from zeus 0.8: scanned limits never go below the device minimum;
+`warmup_steps=0` works; the power limit in force before the optimizer started (not the maximum)
+is restored at exit, on SIGINT/SIGTERM and, through an on-disk journal, after SIGKILL (see
+`zeus.optimizer.power_limit.guard`).
+
+Data parallelism with `torch.distributed`: each rank creates its own optimizer with a monitor of
+its own GPUs (usually `ZeusMonitor(gpu_indices=[local_rank])`). When the default process group
+is initialised, each profiling window's energy is summed and its time maxed over all ranks with
+`all_reduce`, so every rank holds the same measurements and picks the same power limit; the
+default selector's `world_size` is then the number of GPUs over all ranks. All ranks must call
+the hooks at the same steps (which data-parallel training does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Union
+
+from zeus.callback import Callback
+from zeus.device import get_gpus
+from zeus.device.exception import ZeusGPUNoPermissionError
+from zeus.optimizer.power_limit.guard import PowerLimitGuard, restore_stale
+from zeus.optimizer.power_limit.models import (
+    Done,
+    PowerLimitMeasurement,
+    Profiling,
+    Ready,
+    Warmup,
+    _PowerLimitMeasurementList,
+)
+from zeus.optimizer.power_limit.selectors import OptimumSelector, ZeusCost
+from zeus.util.logging import get_logger
+
+__all__ = ["GlobalPowerLimitOptimizer"]
+
+logger = get_logger(__name__)
+
+_WINDOW_PREFIX = "__GlobalPowerLimitOptimizer_"
+
+
+def _noop() -> None:
+    """`on_step_begin` once the optimizer is `Done`: nothing is left to do."""
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        bound = "positive" if minimum == 1 else "non-negative"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def _dist_world_size() -> int:
+    """Ranks in the default torch.distributed group, or 1 (torch stays optional)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 1
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    return 1
+
+
+def _all_reduce_measurement(energy: float, time: float) -> tuple[float, float]:
+    """Sum energy and max time over the ranks when torch.distributed is initialised."""
+    if _dist_world_size() == 1:
+        return energy, time
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    e = torch.tensor([energy], dtype=torch.float64, device=device)
+    t = torch.tensor([time], dtype=torch.float64, device=device)
+    dist.all_reduce(e, op=dist.ReduceOp.SUM)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(e.item()), float(t.item())
+
+
+class GlobalPowerLimitOptimizer(Callback):
+    """Finds the optimal GPU power limit while training runs, then trains at it.
+
+    Call `on_step_begin` at the start of every training step and `on_epoch_end` at the end of
+    every epoch (`on_epoch_begin` and `on_step_end` are accepted and do nothing). All GPUs of the
+    monitor get the same power limit.
+
+    Attributes:
+        state: The current state (`Ready`, `Warmup`, `Profiling` or `Done`).
+        measurements: One `PowerLimitMeasurement` per profiled limit, in profiling order.
+        power_limits: The limits to profile, mW, descending.
+
+    """
+
+    def __init__(
+        self,
+        monitor: Any,
+        optimum_selector: Union[OptimumSelector, None] = None,
+        wait_steps: int = 1,
+        warmup_steps: int = 10,
+        profile_steps: int = 40,
+        pl_step: int = 25,
+        profile_path: Union[str, Path, None] = None,
+    ) -> None:
+        """Set up the optimizer and set the GPUs to their maximum power limit.
+
+        Args:
+            monitor: A `ZeusMonitor` (anything with `gpu_indices`, `begin_window` and
+                `end_window`) measuring the GPUs to optimise.
+            optimum_selector: Picks the optimal limit; default `ZeusCost(eta_knob=0.5,
+                world_size=<number of GPUs over all ranks>)`.
+            wait_steps: Steps to let pass before profiling begins.
+            warmup_steps: Steps to run at each limit before measuring it (0 allowed).
+            profile_steps: Steps to measure at each limit.
+            pl_step: Distance between profiled limits, W.
+            profile_path: A profile JSON file. If it exists, it is loaded, the optimum is set
+                right away and nothing is profiled; otherwise the profile is written there
+                (atomically) when profiling ends.
+
+        Raises:
+            ValueError: a bad argument (the message names it), or GPUs with different power
+                limit ranges.
+            RuntimeError: the process may not change GPU settings (needs SYS_ADMIN).
+
+        """
+        self.wait_steps = _check_int("wait_steps", wait_steps, 0)
+        self.warmup_steps = _check_int("warmup_steps", warmup_steps, 0)
+        self.profile_steps = _check_int("profile_steps", profile_steps, 1)
+        self.pl_step = _check_int("pl_step", pl_step, 1) * 1000
+        if optimum_selector is not None and not isinstance(optimum_selector, OptimumSelector):
+            raise ValueError(
+                f"optimum_selector must be an OptimumSelector, got {optimum_selector!r}"
+            )
+        self.monitor = monitor
+        self.gpu_indices = list(monitor.gpu_indices)
+        if not self.gpu_indices:
+            raise ValueError(f"the monitor measures no GPUs (gpu_indices={self.gpu_indices})")
+        self.world_size = len(self.gpu_indices) * _dist_world_size()
+        self.optimum_selector = optimum_selector or ZeusCost(
+            eta_knob=0.5, world_size=self.world_size
+        )
+        self.profile_path = Path(profile_path) if profile_path is not None else None
+
+        self.gpus = get_gpus()
+        # Put back what a killed earlier run left behind, before reading "original" limits.
+        restore_stale(self.gpus)
+
+        ranges = {
+            i: tuple(self.gpus.get_power_management_limit_constraints(i)) for i in self.gpu_indices
+        }
+        if len(set(ranges.values())) != 1:
+            raise ValueError(f"Power limits ranges are not uniform across GPUs: {ranges} (mW).")
+        min_mw, max_mw = next(iter(ranges.values()))
+        # Down to the minimum and never below it (zeus 0.8 could dip below).
+        self.power_limits: list[int] = list(range(max_mw, min_mw - 1, -self.pl_step))
+
+        try:
+            for i in self.gpu_indices:
+                self.gpus.set_persistence_mode(i, True)
+        except ZeusGPUNoPermissionError as e:
+            raise RuntimeError(
+                "SYS_ADMIN capability is required to modify GPU power limits. Using "
+                "--cap-add SYS_ADMIN when running the Docker container is the easiest way "
+                f"to do this. ({e})"
+            ) from e
+
+        self.guard = PowerLimitGuard(self.gpus, self.gpu_indices)
+        self.measurements: list[PowerLimitMeasurement] = []
+        self.state: Ready | Warmup | Profiling | Done
+
+        if self.profile_path is not None and self.profile_path.exists():
+            logger.info("Loading the power limit profile from %s.", self.profile_path)
+            profile = _PowerLimitMeasurementList.model_validate_json(self.profile_path.read_text())
+            self.measurements = list(profile.measurements)
+            self._enter_done()
+        else:
+            self.state = Ready(next_power_limit=self.power_limits[0], steps=self.wait_steps + 1)
+            self._set_power_limit(self.power_limits[0])
+
+    # Hooks.
+
+    def on_epoch_end(self) -> None:
+        """Interrupt a warmup or measurement: back to the maximum, retry the limit next epoch."""
+        state = self.state
+        if isinstance(state, Warmup):
+            logger.info(
+                "[GlobalPowerLimitOptimizer] Warm-up for power limit %d W interrupted by the "
+                "end of the epoch; retrying next epoch.",
+                state.current_power_limit // 1000,
+            )
+        elif isinstance(state, Profiling):
+            logger.info(
+                "[GlobalPowerLimitOptimizer] Profiling of power limit %d W interrupted by the "
+                "end of the epoch; retrying next epoch.",
+                state.current_power_limit // 1000,
+            )
+            self.monitor.end_window(self._window(state.current_power_limit), cancel=True)
+        else:
+            return
+        self.state = Ready(next_power_limit=state.current_power_limit, steps=1)
+        self._set_power_limit(self.power_limits[0])
+
+    def on_step_begin(self) -> None:
+        """Advance the state machine by one step."""
+        state = self.state
+        if isinstance(state, Done):
+            return
+        state.steps -= 1
+        if state.steps > 0:
+            return
+        if isinstance(state, Ready):
+            self._start(state.next_power_limit)
+        elif isinstance(state, Warmup):
+            self._begin_profiling(state.current_power_limit)
+        else:
+            self._finish_profiling(state.current_power_limit)
+
+    # Context manager and cleanup.
+
+    def close(self) -> None:
+        """Restore the GPUs' original power limits now (also done at exit and on signals)."""
+        self.guard.restore()
+
+    def __enter__(self) -> GlobalPowerLimitOptimizer:
+        """Use as `with GlobalPowerLimitOptimizer(...) as plo:`; limits are restored on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Restore the original power limits, also when the block raised."""
+        self.close()
+
+    # Transitions.
+
+    def _window(self, power_limit_mw: int) -> str:
+        return f"{_WINDOW_PREFIX}{power_limit_mw // 1000}"
+
+    def _start(self, power_limit_mw: int) -> None:
+        """Set `power_limit_mw` and warm up at it (or measure right away without warmup)."""
+        self._set_power_limit(power_limit_mw)
+        if self.warmup_steps > 0:
+            self.state = Warmup(current_power_limit=power_limit_mw, steps=self.warmup_steps)
+        else:
+            self._begin_profiling(power_limit_mw)
+
+    def _begin_profiling(self, power_limit_mw: int) -> None:
+        logger.info(
+            "[GlobalPowerLimitOptimizer] Profiling power limit %d W.", power_limit_mw // 1000
+        )
+        self.state = Profiling(current_power_limit=power_limit_mw, steps=self.profile_steps)
+        self.monitor.begin_window(self._window(power_limit_mw))
+
+    def _finish_profiling(self, power_limit_mw: int) -> None:
+        m = self.monitor.end_window(self._window(power_limit_mw))
+        energy, time = _all_reduce_measurement(float(m.total_energy), float(m.time))
+        self.measurements.append(
+            PowerLimitMeasurement(power_limit=power_limit_mw // 1000, energy=energy, time=time)
+        )
+        logger.info(
+            "[GlobalPowerLimitOptimizer] Power limit %d W: %.2f J in %.3f s.",
+            power_limit_mw // 1000,
+            energy,
+            time,
+        )
+        index = self.power_limits.index(power_limit_mw)
+        if index == len(self.power_limits) - 1:
+            self._enter_done()
+            self._save_profile()
+        else:
+            self._start(self.power_limits[index + 1])
+
+    def _enter_done(self) -> None:
+        optimal_w = self.optimum_selector.select(self.measurements)
+        if isinstance(optimal_w, bool) or not isinstance(optimal_w, int):
+            raise TypeError(f"{self.optimum_selector!r}.select returned {optimal_w!r}, not watts")
+        self.state = Done(optimal_power_limit=optimal_w * 1000)
+        logger.info("[GlobalPowerLimitOptimizer] Optimal power limit is %d W.", optimal_w)
+        self._set_power_limit(optimal_w * 1000)
+        # Nothing is left to do per step: make the hook as cheap as a call can be.
+        self.on_step_begin = _noop  # type: ignore[method-assign]
+
+    def _set_power_limit(self, power_limit_mw: int) -> None:
+        self.guard.set(power_limit_mw)
+
+    def _save_profile(self) -> None:
+        if self.profile_path is None:
+            return
+        body = _PowerLimitMeasurementList(measurements=self.measurements).model_dump_json(indent=4)
+        directory = self.profile_path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.profile_path.name}.", dir=directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.profile_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        logger.info("[GlobalPowerLimitOptimizer] Profile saved to %s.", self.profile_path)

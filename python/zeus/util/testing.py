@@ -1,0 +1,163 @@
+"""Test helpers: `ReplayZeusMonitor`, which replays a `ZeusMonitor` log.
+
+Code driven by energy measurements (such as the power-limit optimizer) can then be tested
+against measured data without a GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import warnings
+from typing import Any, Iterator, Sequence
+
+__all__ = ["ReplayZeusMonitor"]
+
+_ENERGY_COLUMN = re.compile(r"^gpu(\d+)_energy$")
+
+
+class _FallbackMeasurement:
+    """Stands in for `zeus.monitor.Measurement` where that package is not built in."""
+
+    def __init__(self, time: float, energy: dict[int, float]) -> None:
+        self.time = time
+        self.energy = energy
+
+    @property
+    def total_energy(self) -> float:
+        return sum(self.energy.values())
+
+    def __repr__(self) -> str:
+        return f"Measurement(time={self.time!r}, energy={self.energy!r})"
+
+
+def _measurement(time: float, energy: dict[int, float]) -> Any:
+    # Imported on use: zeus.monitor is a sibling package this module must not load eagerly.
+    try:
+        from zeus.monitor import Measurement
+    except ModuleNotFoundError as e:
+        if e.name not in ("zeus.monitor", "zeus.monitor.energy"):
+            raise
+        return _FallbackMeasurement(time, energy)
+    return Measurement(time=time, energy=energy)
+
+
+class ReplayZeusMonitor:
+    """A `ZeusMonitor` look-alike whose measurements come from a `ZeusMonitor` log file.
+
+    The log is a CSV with the header `start_time,window_name,elapsed_time,gpu<i>_energy,...`
+    (what `ZeusMonitor(log_file=...)` writes). Each `end_window` call returns the next line's
+    elapsed time and energies, in file order; a cancelled window returns zeros and consumes no
+    line.
+
+    Attributes:
+        gpu_indices: GPU indices, from the header's `gpu<i>_energy` columns.
+        nvml_gpu_indices: The same (there is no device behind a replay).
+
+    """
+
+    def __init__(
+        self,
+        gpu_indices: Sequence[int] | None = None,
+        monitor_exec: str = "zeus_monitor",
+        log_file: str | os.PathLike[str] | None = None,
+        ignore_sync_cuda: bool = False,
+        match_window_name: bool = True,
+    ) -> None:
+        """Open the log and read its header.
+
+        Args:
+            gpu_indices: Ignored (the log's header decides); a warning says so if they differ.
+            monitor_exec: Ignored; kept for compatibility with zeus 0.8.
+            log_file: The log to replay (required).
+            ignore_sync_cuda: Accept and ignore `sync_cuda`/`sync_execution` (kept for
+                compatibility: replaying never synchronises anything).
+            match_window_name: Check that each `end_window` key matches the line's window name.
+
+        Raises:
+            ValueError: no `log_file`, or a header without `gpu<i>_energy` columns.
+
+        """
+        del monitor_exec
+        if log_file is None:
+            raise ValueError("ReplayZeusMonitor requires log_file, the ZeusMonitor log to replay")
+        self.log_file = os.fspath(log_file)
+        self.ignore_sync_cuda = ignore_sync_cuda
+        self.match_window_name = match_window_name
+        self._file = open(self.log_file, newline="")  # noqa: SIM115  (closed in close())
+        self._reader: Iterator[list[str]] = csv.reader(self._file)
+        try:
+            header = next(self._reader)
+        except StopIteration:
+            self._file.close()
+            raise ValueError(f"log file {self.log_file} is empty") from None
+        self._columns = len(header)
+        indices = []
+        for col in header[3:]:
+            match = _ENERGY_COLUMN.match(col)
+            if match is None:
+                self._file.close()
+                raise ValueError(f"log file {self.log_file}: unexpected column {col!r}")
+            indices.append(int(match.group(1)))
+        if header[:3] != ["start_time", "window_name", "elapsed_time"] or not indices:
+            self._file.close()
+            raise ValueError(f"log file {self.log_file} has no ZeusMonitor header: {header}")
+        if gpu_indices is not None and list(gpu_indices) != indices:
+            warnings.warn(
+                f"ReplayZeusMonitor uses the log's GPUs {indices}, not gpu_indices="
+                f"{list(gpu_indices)}",
+                stacklevel=2,
+            )
+        self.gpu_indices = indices
+        self.nvml_gpu_indices = list(indices)
+        self._ongoing: set[str] = set()
+
+    def begin_window(self, key: str, sync_cuda: bool = True, sync_execution: bool = True) -> None:
+        """Open window `key`.
+
+        Raises:
+            RuntimeError: `key` is already open.
+
+        """
+        if key in self._ongoing:
+            raise RuntimeError(f"Window {key} is already ongoing.")
+        self._ongoing.add(key)
+
+    def end_window(
+        self, key: str, sync_cuda: bool = True, cancel: bool = False, sync_execution: bool = True
+    ) -> Any:
+        """Close window `key` and return the next logged `Measurement`.
+
+        Raises:
+            RuntimeError: `key` is not open, the log is exhausted, the line's window name differs
+                (with `match_window_name`), or the line has the wrong number of columns.
+
+        """
+        if key not in self._ongoing:
+            raise RuntimeError(f"Window {key} is not ongoing.")
+        self._ongoing.discard(key)
+        if cancel:
+            return _measurement(0.0, {i: 0.0 for i in self.gpu_indices})
+        try:
+            row = next(self._reader)
+        except StopIteration:
+            raise RuntimeError("No more lines in the log file.") from None
+        if len(row) != self._columns:
+            raise RuntimeError(
+                f"Line {row} of {self.log_file} has {len(row)} columns, expected {self._columns}."
+            )
+        if self.match_window_name and row[1] != key:
+            raise RuntimeError(f"Was expecting {row[1]}, not {key}.")
+        energy = {i: float(v) for i, v in zip(self.gpu_indices, row[3:])}
+        return _measurement(float(row[2]), energy)
+
+    def close(self) -> None:
+        """Close the log file."""
+        self._file.close()
+
+    def __del__(self) -> None:
+        """Close the log file."""
+        f = getattr(self, "_file", None)
+        if f is not None:
+            f.close()
