@@ -1,5 +1,370 @@
-//! `zeus-monitor`: standalone GPU power logger. (Full CLI lands with the measurement work.)
+//! `zeus-monitor`: standalone GPU power logger.
+//!
+//! The reference form `zeus-monitor LOGFILE DURATION SLEEP_MS [GPU_IDX]` writes the reference
+//! CSV (`Time,Power`, power in mW, time like `2022-07-13 02:07:36.708783111`, UTC), which
+//! `zeus.analyze` reads. Extras: several GPUs, a fixed-rate `--interval`, JSON lines, energy
+//! counter columns and `-` for stdout. Every row is flushed as it is written, and SIGINT/SIGTERM
+//! stop the loop, so an interrupted run keeps every sample taken; the run ends with a one-line
+//! summary on stderr and exit status 0.
+//!
+//! GPUs come from `zeus_core::device::Gpus::from_env()`: real NVML, a fake `libnvidia-ml`
+//! (`ZEUS_NVML_LIB`), or the simulator (`ZEUS_GPU_BACKEND=sim`). Indices are visible indices
+//! (after `CUDA_VISIBLE_DEVICES`; the same as NVML's when it is unset).
 
-fn main() {
-    eprintln!("usage: zeus-monitor LOGFILE DURATION SLEEP_MS [GPU_IDX]");
+mod timefmt;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, ValueEnum};
+use zeus_core::device::{GpuResult, Gpus};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Csv,
+    Jsonl,
+}
+
+/// Log GPU power (mW) over time to a CSV file.
+#[derive(Parser, Debug)]
+#[command(
+    name = "zeus-monitor",
+    version,
+    about = "Log GPU power (mW) over time to a CSV file",
+    after_help = "Examples:\n  zeus-monitor power.csv 60 100        # GPU 0 for 60 s, 100 ms sleep after each poll\n  zeus-monitor - 0 0 --interval 50 --gpus 0,1 --energy --format jsonl"
+)]
+struct Args {
+    /// Output file; `-` for stdout.
+    logfile: String,
+    /// How long to log, seconds; 0 runs until interrupted.
+    duration: f64,
+    /// Milliseconds to sleep after each poll (0 = poll back to back). Optional with --interval.
+    sleep_ms: Option<u64>,
+    /// GPU index to log (default 0).
+    gpu_idx: Option<usize>,
+    /// Several GPUs, comma-separated (instead of GPU_IDX), e.g. `0,1,3`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "gpu_idx")]
+    gpus: Option<Vec<usize>>,
+    /// Sample on a fixed grid of this many milliseconds instead of sleeping after each poll.
+    #[arg(long, value_name = "MS")]
+    interval: Option<f64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Csv)]
+    format: Format,
+    /// Also log each GPU's total-energy counter (mJ; Volta and newer).
+    #[arg(long)]
+    energy: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only async-signal-safe work here: two atomic stores.
+    SIGNAL.store(sig, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only touches atomics, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Sleep until `deadline`, waking early (within a few ms) when a stop signal arrives.
+fn sleep_until(deadline: Instant) {
+    const SLICE: Duration = Duration::from_millis(5);
+    loop {
+        if STOP.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        std::thread::sleep((deadline - now).min(SLICE));
+    }
+}
+
+fn log_prefix() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let full = timefmt::format_utc(now.as_secs() as i64, now.subsec_nanos());
+    // "%F %T [ZeusMonitor] ", as the reference prints (seconds, no fraction).
+    format!("{} [ZeusMonitor] ", &full[..19])
+}
+
+/// Timestamp of a sample: the backend clock (virtual under the simulator's virtual clock),
+/// with nanoseconds from the system clock when the backend clock is the wall clock.
+fn stamp(gpus: &Gpus) -> (f64, String) {
+    if gpus.clock().is_virtual() {
+        let t = gpus.now();
+        let secs = t.floor();
+        let nanos = ((t - secs) * 1e9).round().min(999_999_999.0) as u32;
+        (t, timefmt::format_utc(secs as i64, nanos))
+    } else {
+        let d = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        (
+            d.as_secs_f64(),
+            timefmt::format_utc(d.as_secs() as i64, d.subsec_nanos()),
+        )
+    }
+}
+
+struct Writer {
+    out: Box<dyn Write>,
+    format: Format,
+    indices: Vec<usize>,
+    energy: bool,
+    line: String,
+}
+
+impl Writer {
+    fn header(&mut self) -> io::Result<()> {
+        if self.format != Format::Csv {
+            return Ok(());
+        }
+        let single = self.indices.len() == 1;
+        let mut h = String::from("Time");
+        for i in &self.indices {
+            if single {
+                h.push_str(",Power");
+            } else {
+                h.push_str(&format!(",Power{i}"));
+            }
+        }
+        if self.energy {
+            for i in &self.indices {
+                if single {
+                    h.push_str(",Energy");
+                } else {
+                    h.push_str(&format!(",Energy{i}"));
+                }
+            }
+        }
+        h.push('\n');
+        self.out.write_all(h.as_bytes())?;
+        self.out.flush()
+    }
+
+    fn row(&mut self, unix: f64, time: &str, power: &[u32], energy: &[u64]) -> io::Result<()> {
+        use std::fmt::Write as _;
+        self.line.clear();
+        match self.format {
+            Format::Csv => {
+                self.line.push_str(time);
+                for p in power {
+                    let _ = write!(self.line, ",{p}");
+                }
+                for e in energy {
+                    let _ = write!(self.line, ",{e}");
+                }
+            }
+            Format::Jsonl => {
+                let mut obj = serde_json::Map::new();
+                obj.insert("time".into(), time.into());
+                obj.insert("unix_time".into(), unix.into());
+                let p: serde_json::Map<String, serde_json::Value> = self
+                    .indices
+                    .iter()
+                    .zip(power)
+                    .map(|(i, p)| (i.to_string(), (*p).into()))
+                    .collect();
+                obj.insert("power_mw".into(), p.into());
+                if self.energy {
+                    let e: serde_json::Map<String, serde_json::Value> = self
+                        .indices
+                        .iter()
+                        .zip(energy)
+                        .map(|(i, e)| (i.to_string(), (*e).into()))
+                        .collect();
+                    obj.insert("energy_mj".into(), e.into());
+                }
+                self.line
+                    .push_str(&serde_json::Value::Object(obj).to_string());
+            }
+        }
+        self.line.push('\n');
+        self.out.write_all(self.line.as_bytes())?;
+        // Flushed per row: a kill between rows loses nothing already sampled.
+        self.out.flush()
+    }
+}
+
+fn read(
+    gpus: &Gpus,
+    indices: &[usize],
+    energy: bool,
+    p: &mut Vec<u32>,
+    e: &mut Vec<u64>,
+) -> GpuResult<()> {
+    p.clear();
+    e.clear();
+    for &i in indices {
+        p.push(gpus.device(i)?.average_power_usage()?);
+    }
+    if energy {
+        for &i in indices {
+            e.push(gpus.device(i)?.total_energy_consumption()?);
+        }
+    }
+    Ok(())
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    use clap::CommandFactory;
+    let mut cmd = Args::command();
+    cmd.error(clap::error::ErrorKind::ValueValidation, msg)
+        .exit()
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !(args.duration.is_finite() && args.duration >= 0.0) {
+        return usage_error(&format!(
+            "DURATION must be a number of seconds >= 0, got {}",
+            args.duration
+        ));
+    }
+    if let Some(ms) = args.interval {
+        if !(ms.is_finite() && ms > 0.0) {
+            return usage_error(&format!("--interval must be > 0 ms, got {ms}"));
+        }
+    } else if args.sleep_ms.is_none() {
+        return usage_error("SLEEP_MS is required unless --interval is given");
+    }
+    let indices = match (&args.gpus, args.gpu_idx) {
+        (Some(v), _) if v.is_empty() => return usage_error("--gpus needs at least one index"),
+        (Some(v), _) => v.clone(),
+        (None, Some(i)) => vec![i],
+        (None, None) => vec![0],
+    };
+
+    let gpus = match Gpus::from_env() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{}ERROR: {e}", log_prefix());
+            return ExitCode::from(1);
+        }
+    };
+    for &i in &indices {
+        if i >= gpus.len() {
+            return usage_error(&format!(
+                "GPU index {i} is out of range: {} GPU(s) are visible",
+                gpus.len()
+            ));
+        }
+    }
+
+    let out: Box<dyn Write> = if args.logfile == "-" {
+        Box::new(BufWriter::new(io::stdout()))
+    } else {
+        match File::create(&args.logfile) {
+            Ok(f) => Box::new(BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("{}ERROR: cannot open {}: {e}", log_prefix(), args.logfile);
+                return ExitCode::from(1);
+            }
+        }
+    };
+    let mut w = Writer {
+        out,
+        format: args.format,
+        indices: indices.clone(),
+        energy: args.energy,
+        line: String::new(),
+    };
+    install_signal_handlers();
+    if let Err(e) = w.header() {
+        eprintln!("{}ERROR: writing {}: {e}", log_prefix(), args.logfile);
+        return ExitCode::from(1);
+    }
+
+    let begin = Instant::now();
+    let end = (args.duration > 0.0).then(|| begin + Duration::from_secs_f64(args.duration));
+    let interval = args.interval.map(|ms| Duration::from_secs_f64(ms / 1000.0));
+    let sleep = Duration::from_millis(args.sleep_ms.unwrap_or(0));
+    let (mut power, mut energy) = (Vec::new(), Vec::new());
+    let mut rows: u64 = 0;
+    let mut power_sum = vec![0.0f64; indices.len()];
+    let mut first_last: Option<(f64, f64)> = None;
+    let mut next = begin;
+    let mut status = ExitCode::SUCCESS;
+    while !STOP.load(Ordering::SeqCst) && end.is_none_or(|e| Instant::now() < e) {
+        if let Err(e) = read(&gpus, &indices, args.energy, &mut power, &mut energy) {
+            eprintln!("{}ERROR: NVML failure ({e})", log_prefix());
+            status = ExitCode::from(1);
+            break;
+        }
+        let (unix, time) = stamp(&gpus);
+        if let Err(e) = w.row(unix, &time, &power, &energy) {
+            if e.kind() != io::ErrorKind::BrokenPipe {
+                eprintln!("{}ERROR: writing {}: {e}", log_prefix(), args.logfile);
+                status = ExitCode::from(1);
+            }
+            break;
+        }
+        rows += 1;
+        for (s, p) in power_sum.iter_mut().zip(&power) {
+            *s += *p as f64 / 1000.0;
+        }
+        first_last = Some((first_last.map_or(unix, |f| f.0), unix));
+        let deadline = match interval {
+            Some(iv) => {
+                next += iv;
+                let now = Instant::now();
+                if next < now {
+                    // Fell behind: skip missed ticks instead of bursting.
+                    let behind = ((now - next).as_secs_f64() / iv.as_secs_f64()).floor() + 1.0;
+                    next += iv.mul_f64(behind);
+                }
+                next
+            }
+            None => Instant::now() + sleep,
+        };
+        let deadline = end.map_or(deadline, |e| deadline.min(e));
+        if deadline > Instant::now() {
+            sleep_until(deadline);
+        }
+    }
+    let span = first_last.map_or(0.0, |(a, b)| b - a);
+    let avg: Vec<String> = power_sum
+        .iter()
+        .zip(&indices)
+        .map(|(s, i)| {
+            format!(
+                "GPU{i} {:.1} W",
+                if rows > 0 { s / rows as f64 } else { 0.0 }
+            )
+        })
+        .collect();
+    let why = match SIGNAL.load(Ordering::SeqCst) {
+        libc::SIGINT => " (stopped by SIGINT)",
+        libc::SIGTERM => " (stopped by SIGTERM)",
+        _ => "",
+    };
+    eprintln!(
+        "{}Wrote {rows} samples over {span:.3} s to {}{why}; average power: {}",
+        log_prefix(),
+        if args.logfile == "-" {
+            "stdout"
+        } else {
+            &args.logfile
+        },
+        avg.join(", ")
+    );
+    status
 }
