@@ -59,8 +59,16 @@ fn main() {
                 || key.starts_with("DEP_")
                 || matches!(
                     key.as_str(),
-                    "RUSTFLAGS" | "MAKEFLAGS" | "MFLAGS" | "TARGET" | "HOST" | "OUT_DIR"
-                        | "PROFILE" | "OPT_LEVEL" | "DEBUG" | "NUM_JOBS"
+                    "RUSTFLAGS"
+                        | "MAKEFLAGS"
+                        | "MFLAGS"
+                        | "TARGET"
+                        | "HOST"
+                        | "OUT_DIR"
+                        | "PROFILE"
+                        | "OPT_LEVEL"
+                        | "DEBUG"
+                        | "NUM_JOBS"
                 ))
         {
             cmd.env_remove(&key);

@@ -18,7 +18,7 @@
 
 use std::ffi::{c_char, c_int, c_longlong, c_uint, c_ulonglong, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use zeus_core::device::error::nvml_code::*;
 use zeus_core::device::error::nvml_error_string;
@@ -29,21 +29,20 @@ type Ret = c_uint;
 /// `nvmlDevice_t`: we hand out pointers to the `SimGpu`s, which live as long as the process.
 type Handle = *const SimGpu;
 
-static CLUSTER: Mutex<Option<Arc<SimCluster>>> = Mutex::new(None);
+/// Built by the first successful `nvmlInit` and kept for the life of the process, like a real
+/// driver's devices: their state (power limits, clocks, energy) survives shutdown and re-init.
+static CLUSTER: OnceLock<SimCluster> = OnceLock::new();
+static INIT_LOCK: Mutex<()> = Mutex::new(());
 static INIT_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn cluster() -> Result<Arc<SimCluster>, Ret> {
-    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
+fn cluster() -> Result<&'static SimCluster, Ret> {
+    if INIT_COUNT.load(Ordering::Acquire) == 0 {
         return Err(UNINITIALIZED);
     }
-    CLUSTER
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .ok_or(UNINITIALIZED)
+    CLUSTER.get().ok_or(UNINITIALIZED)
 }
 
-fn device(handle: Handle) -> Result<(Arc<SimCluster>, &'static SimGpu), Ret> {
+fn device(handle: Handle) -> Result<(&'static SimCluster, &'static SimGpu), Ret> {
     let c = cluster()?;
     if handle.is_null() {
         return Err(INVALID_ARGUMENT);
@@ -51,8 +50,8 @@ fn device(handle: Handle) -> Result<(Arc<SimCluster>, &'static SimGpu), Ret> {
     if !c.devices().iter().any(|d| Arc::as_ptr(d) == handle) {
         return Err(INVALID_ARGUMENT);
     }
-    // SAFETY: the pointer is one of the cluster's devices, and the cluster is never dropped
-    // once created (it stays in CLUSTER), so the device outlives every caller.
+    // SAFETY: the pointer is one of the cluster's devices, and the cluster lives in a static
+    // that is never dropped, so the device outlives every caller.
     let dev: &'static SimGpu = unsafe { &*handle };
     Ok((c, dev))
 }
@@ -110,17 +109,19 @@ unsafe fn write_list(count: *mut c_uint, out: *mut c_uint, values: &[u32]) -> Re
 // ---- init and system ----------------------------------------------------------------------
 
 fn init() -> Ret {
-    let mut g = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    if g.is_none() {
+    let _guard = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if CLUSTER.get().is_none() {
         match SimConfig::from_env() {
-            Ok(cfg) => *g = Some(Arc::new(SimCluster::new(cfg))),
+            Ok(cfg) => {
+                let _ = CLUSTER.set(SimCluster::new(cfg));
+            }
             Err(e) => {
                 eprintln!("simulated libnvidia-ml: {e}");
                 return code(e);
             }
         }
     }
-    INIT_COUNT.fetch_add(1, Ordering::SeqCst);
+    INIT_COUNT.fetch_add(1, Ordering::AcqRel);
     SUCCESS
 }
 
@@ -157,8 +158,11 @@ pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
     if let Some((_, c)) = s.iter().find(|(r, _)| *r == result) {
         return c.as_ptr();
     }
-    let c: &'static CStr =
-        Box::leak(std::ffi::CString::new(nvml_error_string(result)).unwrap().into_boxed_c_str());
+    let c: &'static CStr = Box::leak(
+        std::ffi::CString::new(nvml_error_string(result))
+            .unwrap()
+            .into_boxed_c_str(),
+    );
     s.push((result, c));
     c.as_ptr()
 }
@@ -219,13 +223,18 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut Handle) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut Handle,
+) -> Ret {
     guard(|| {
         let c = cluster()?;
         if uuid.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let wanted = CStr::from_ptr(uuid).to_str().map_err(|_| INVALID_ARGUMENT)?;
+        let wanted = CStr::from_ptr(uuid)
+            .to_str()
+            .map_err(|_| INVALID_ARGUMENT)?;
         let d = c
             .devices()
             .iter()
@@ -244,7 +253,11 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(device: Handle, index: *mut c_uint) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetName(device: Handle, name: *mut c_char, length: c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: Handle,
+    name: *mut c_char,
+    length: c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         write_str(name, length, &d.name().map_err(code)?)
@@ -252,7 +265,11 @@ pub unsafe extern "C" fn nvmlDeviceGetName(device: Handle, name: *mut c_char, le
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(device: Handle, uuid: *mut c_char, length: c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: Handle,
+    uuid: *mut c_char,
+    length: c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         write_str(uuid, length, &d.uuid().map_err(code)?)
@@ -320,7 +337,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementDefaultLimit(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: Handle, limit: *mut c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(
+    device: Handle,
+    limit: *mut c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         write(limit, d.power_management_limit().map_err(code)?)
@@ -328,7 +348,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: Handle, limit
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: Handle, limit: *mut c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(
+    device: Handle,
+    limit: *mut c_uint,
+) -> Ret {
     nvmlDeviceGetPowerManagementLimit(device, limit)
 }
 
@@ -382,13 +405,19 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedGraphicsClocks(
 ) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
-        let list = d.supported_graphics_clocks(memory_clock_mhz).map_err(code)?;
+        let list = d
+            .supported_graphics_clocks(memory_clock_mhz)
+            .map_err(code)?;
         write_list(count, clocks, &list)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceSetGpuLockedClocks(device: Handle, min: c_uint, max: c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceSetGpuLockedClocks(
+    device: Handle,
+    min: c_uint,
+    max: c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         d.set_gpu_locked_clocks(min, max).map_err(code)
@@ -404,7 +433,11 @@ pub unsafe extern "C" fn nvmlDeviceResetGpuLockedClocks(device: Handle) -> Ret {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceSetMemoryLockedClocks(device: Handle, min: c_uint, max: c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceSetMemoryLockedClocks(
+    device: Handle,
+    min: c_uint,
+    max: c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         d.set_memory_locked_clocks(min, max).map_err(code)
@@ -421,7 +454,11 @@ pub unsafe extern "C" fn nvmlDeviceResetMemoryLockedClocks(device: Handle) -> Re
 
 /// `nvmlClockType_t`: 0 graphics, 1 SM, 2 memory, 3 video.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: Handle, kind: c_uint, clock: *mut c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
+    device: Handle,
+    kind: c_uint,
+    clock: *mut c_uint,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         let p = d.preset();
@@ -435,7 +472,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: Handle, kind: c_uint,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetClockInfo(device: Handle, kind: c_uint, clock: *mut c_uint) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
+    device: Handle,
+    kind: c_uint,
+    clock: *mut c_uint,
+) -> Ret {
     nvmlDeviceGetMaxClockInfo(device, kind, clock)
 }
 
@@ -450,7 +491,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: Handle, power: *mut c_u
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: Handle, energy: *mut c_ulonglong) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: Handle,
+    energy: *mut c_ulonglong,
+) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
         write(energy, d.total_energy_consumption().map_err(code)?)
@@ -474,7 +518,11 @@ const NVML_FI_DEV_POWER_INSTANT: c_uint = 186;
 const NVML_VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
 
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetFieldValues(device: Handle, count: c_int, values: *mut FieldValue) -> Ret {
+pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
+    device: Handle,
+    count: c_int,
+    values: *mut FieldValue,
+) -> Ret {
     guard(|| {
         let (c, d) = self::device(device)?;
         if count < 0 || (count > 0 && values.is_null()) {

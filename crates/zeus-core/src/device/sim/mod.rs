@@ -46,6 +46,8 @@ struct State {
     curve: Arc<WorkloadCurve>,
     /// Energy integrated up to `t_last`, joules.
     energy_j: f64,
+    /// `(seconds per unit of work, watts)` when busy at the current settings (see `refresh`).
+    busy: (f64, f64),
     t_last: f64,
 }
 
@@ -72,22 +74,9 @@ fn splitmix64(mut x: u64) -> u64 {
 const POWER_NOISE: f64 = 0.01;
 
 impl State {
-    fn power_w(&self, preset: &Preset, busy: bool) -> f64 {
-        let idle = preset.idle_power_mw as f64 / 1000.0;
-        if !busy {
-            return idle;
-        }
-        let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
-            max as f64 / preset.max_graphics_clock_mhz as f64
-        });
-        let mem_max = preset.memory_clocks_mhz[0] as f64;
-        let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| max as f64 / mem_max);
-        self.curve
-            .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap)
-            .1
-    }
-
-    fn seconds_per_unit(&self, preset: &Preset) -> f64 {
+    /// Recompute the busy steady state after a setting changed. Reads use the cached value, so
+    /// the hot path (an energy or power read) does no curve interpolation.
+    fn refresh(&mut self, preset: &Preset) {
         let idle = preset.idle_power_mw as f64 / 1000.0;
         let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
             max as f64 / preset.max_graphics_clock_mhz as f64
@@ -95,9 +84,21 @@ impl State {
         let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| {
             max as f64 / preset.memory_clocks_mhz[0] as f64
         });
-        self.curve
-            .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap)
-            .0
+        self.busy =
+            self.curve
+                .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap);
+    }
+
+    fn power_w(&self, preset: &Preset, busy: bool) -> f64 {
+        if busy {
+            self.busy.1
+        } else {
+            preset.idle_power_mw as f64 / 1000.0
+        }
+    }
+
+    fn seconds_per_unit(&self) -> f64 {
+        self.busy.0
     }
 
     /// Energy at time `t >= t_last` without changing the state.
@@ -152,6 +153,18 @@ impl SimGpu {
         });
         let t = clock.now();
         let h = splitmix64(index as u64 ^ 0x5a5a);
+        let mut state = State {
+            power_limit_mw: preset.default_power_limit_mw,
+            persistence: false,
+            gpu_locked: None,
+            mem_locked: None,
+            load,
+            curve: Arc::new(curve),
+            energy_j: 0.0,
+            busy: (0.0, 0.0),
+            t_last: t,
+        };
+        state.refresh(preset);
         SimGpu {
             index,
             preset,
@@ -164,16 +177,7 @@ impl SimGpu {
             ),
             privileged,
             clock,
-            state: Mutex::new(State {
-                power_limit_mw: preset.default_power_limit_mw,
-                persistence: false,
-                gpu_locked: None,
-                mem_locked: None,
-                load,
-                curve: Arc::new(curve),
-                energy_j: 0.0,
-                t_last: t,
-            }),
+            state: Mutex::new(state),
         }
     }
 
@@ -207,7 +211,9 @@ impl SimGpu {
         let now = self.clock.now();
         let mut s = self.state();
         s.settle(self.preset, now);
-        f(&mut s)
+        let r = f(&mut s);
+        s.refresh(self.preset);
+        r
     }
 
     /// Set the load (idle, busy, or busy until a time).
@@ -237,10 +243,7 @@ impl SimGpu {
     /// Steady state at the current settings when busy: `(seconds per unit of work, watts)`.
     pub fn busy_steady_state(&self) -> (f64, f64) {
         let s = self.state();
-        (
-            s.seconds_per_unit(self.preset),
-            s.power_w(self.preset, true),
-        )
+        (s.seconds_per_unit(), s.power_w(self.preset, true))
     }
 
     /// Start `work` units of work now; returns how long they take at the current settings.
@@ -248,7 +251,7 @@ impl SimGpu {
         let now = self.clock.now();
         let mut s = self.state();
         s.settle(self.preset, now);
-        let duration = work.max(0.0) * s.seconds_per_unit(self.preset);
+        let duration = work.max(0.0) * s.seconds_per_unit();
         s.load = Load::BusyUntil(now + duration);
         duration
     }
