@@ -230,8 +230,12 @@ class GlobalPowerLimitOptimizer(Callback):
         state = self.state
         if isinstance(state, Done):
             return
-        state.steps -= 1
-        if state.steps > 0:
+        # Count down through the model's field storage: pydantic's `__setattr__` would cost
+        # about a microsecond per step, and the assignment needs no validation.
+        fields = state.__dict__
+        left = fields["steps"] - 1
+        fields["steps"] = left
+        if left > 0:
             return
         if isinstance(state, Ready):
             self._start(state.next_power_limit)
