@@ -1,0 +1,1 @@
+"""Perseus server: `router.app` (FastAPI), `JobManager`, and the frequency schedulers."""

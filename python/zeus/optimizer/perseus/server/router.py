@@ -1,0 +1,109 @@
+"""The Perseus server: FastAPI routes and the `zeus-perseus-server` command.
+
+Run it with `zeus-perseus-server --host 127.0.0.1 --port 7787` or
+`uvicorn zeus.optimizer.perseus.server.router:app`; settings come from `PERSEUS_*`
+environment variables (`PerseusSettings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from zeus.optimizer.perseus.common import (
+    GET_FREQUENCY_SCHEDULE_URL,
+    GET_JOB_ID_URL,
+    REGISTER_JOB_URL,
+    REGISTER_RANK_URL,
+    REPORT_PROFILING_RESULT_URL,
+    FrequencySchedule,
+    JobInfo,
+    PerseusSettings,
+    ProfilingResult,
+    RankInfo,
+)
+from zeus.optimizer.perseus.server.job_manager import JobManager, PerseusError
+from zeus.util.logging import get_logger
+
+logger = get_logger(__name__)
+
+
+def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
+    """Build the server app; settings default to the environment, read at startup."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        s = settings if settings is not None else PerseusSettings()
+        logger.setLevel(getattr(logging, s.log_level, logging.INFO))
+        manager = JobManager(s)
+        manager.start()
+        app.state.job_manager = manager
+        try:
+            yield
+        finally:
+            await manager.stop()
+
+    app = FastAPI(title="Perseus server", lifespan=lifespan)
+
+    @app.exception_handler(PerseusError)
+    async def _perseus_error(request: Request, exc: PerseusError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status_code, content={"detail": exc.detail})
+
+    def manager(request: Request) -> JobManager:
+        return request.app.state.job_manager
+
+    @app.post(REGISTER_JOB_URL, response_model=str)
+    async def register_job(job_info: JobInfo, request: Request) -> str:
+        return manager(request).register_job(job_info)
+
+    @app.get(GET_JOB_ID_URL, response_model=str)
+    async def get_job_id(job_metadata: str, request: Request) -> str:
+        return manager(request).find_job(job_metadata)
+
+    @app.post(REGISTER_RANK_URL)
+    async def register_rank(job_id: str, rank_info: RankInfo, request: Request) -> None:
+        await manager(request).register_rank(job_id, rank_info)
+
+    @app.get(GET_FREQUENCY_SCHEDULE_URL, response_model=FrequencySchedule)
+    async def get_frequency_schedule(job_id: str, rank: int, request: Request):
+        return await manager(request).get_frequency_schedule(job_id, rank)
+
+    @app.post(REPORT_PROFILING_RESULT_URL)
+    async def report_profiling_result(
+        job_id: str, profiling_result: ProfilingResult, request: Request
+    ) -> None:
+        await manager(request).report_profiling_result(job_id, profiling_result)
+
+    return app
+
+
+app = create_app()
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point of `zeus-perseus-server`: serve on loopback unless told otherwise."""
+    import uvicorn
+
+    parser = argparse.ArgumentParser(
+        prog="zeus-perseus-server",
+        description="Perseus frequency-plan server (settings from PERSEUS_* variables).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    parser.add_argument("--port", type=int, default=7787, help="port (default 7787)")
+    args = parser.parse_args(argv)
+    settings = PerseusSettings()  # fail fast on bad settings, before binding the port
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=settings.log_level.lower(),
+    )
+
+
+if __name__ == "__main__":
+    main()
