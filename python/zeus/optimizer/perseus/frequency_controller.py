@@ -1,0 +1,184 @@
+"""Set a GPU's locked graphics clock off the training thread.
+
+The training thread only records the wanted frequency and signals a condition variable; a
+daemon thread applies the latest request (older, not yet applied requests are dropped: only
+the newest clock matters). The reference uses a separate process fed by a queue; a thread is
+enough because the NVML call releases the GIL, and it starts in microseconds.
+
+The default clocks are restored on every exit path: `end()` (also called from `atexit`, which
+covers normal exit, uncaught exceptions and Ctrl-C's `KeyboardInterrupt`), and a SIGTERM
+handler that restores and then lets the signal's previous disposition run. SIGKILL cannot be
+caught; the clock lock then stays until the next `reset_gpu_locked_clocks` (e.g. a new
+controller on that GPU, which resets at start).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+from typing import Any, Optional
+
+from zeus.device import get_gpus
+from zeus.util.logging import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = ["FrequencyController"]
+
+# Controllers alive in this process, for the SIGTERM handler.
+_live: set[FrequencyController] = set()
+_live_lock = threading.Lock()
+_prev_sigterm: Any = None
+_handler_installed = False
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    with _live_lock:
+        controllers = list(_live)
+    for c in controllers:
+        c.end()
+    prev = _prev_sigterm
+    if callable(prev):
+        prev(signum, frame)
+    elif prev != signal.SIG_IGN:
+        # Default disposition: die of the signal, as if we had not been here.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_sigterm_handler() -> None:
+    global _prev_sigterm, _handler_installed
+    if _handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _prev_sigterm = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _handler_installed = True
+
+
+class FrequencyController:
+    """Applies locked graphics clocks to one GPU from a background thread.
+
+    On start the memory clock is locked to its maximum (where supported) and the graphics
+    clock to the maximum supported at that memory clock.
+
+    Args:
+        device_id: GPU index (as `zeus.device.get_gpus()` sees it).
+        gpus: The GPUs object; default `get_gpus()`.
+
+    """
+
+    def __init__(self, device_id: int = 0, gpus: Any = None) -> None:
+        """Lock the clocks to their maxima and start the worker thread."""
+        self.device_id = device_id
+        self.gpus = gpus if gpus is not None else get_gpus()
+        mem = max(self.gpus.get_supported_memory_clocks(device_id))
+        self.max_frequency = max(self.gpus.get_supported_graphics_clocks(device_id, mem))
+        try:
+            self.gpus.set_memory_locked_clocks(device_id, mem, mem)
+            self._memory_locked = True
+        except Exception:  # noqa: BLE001  (not supported on every GPU; optional)
+            self._memory_locked = False
+        self.gpus.set_gpu_locked_clocks(device_id, self.max_frequency, self.max_frequency)
+        self._current = self.max_frequency
+        self._wanted: Optional[int] = None
+        self._requests = 0
+        self._applied_requests = 0
+        self._error: Optional[BaseException] = None
+        self._stop = False
+        self._ended = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(
+            target=self._worker, name=f"zeus-frequency-controller-{device_id}", daemon=True
+        )
+        with _live_lock:
+            _live.add(self)
+        _install_sigterm_handler()
+        atexit.register(self.end)
+        self._thread.start()
+
+    @property
+    def frequency(self) -> int:
+        """The locked graphics clock applied last (MHz)."""
+        return self._current
+
+    def set_frequency(self, frequency: int) -> None:
+        """Ask for graphics clock `frequency` (MHz); returns at once. `0` is ignored."""
+        if frequency == 0:
+            return
+        with self._cond:
+            if self._ended:
+                raise RuntimeError("FrequencyController has ended")
+            self._wanted = int(frequency)
+            self._requests += 1
+            self._cond.notify()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until every request so far is applied (or superseded and dropped).
+
+        Returns:
+            False on timeout.
+
+        Raises:
+            The exception the last clock change raised, if any.
+
+        """
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._applied_requests >= self._requests or self._stop, timeout
+            )
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            return ok
+
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._wanted is not None or self._stop)
+                if self._stop:
+                    return
+                wanted, self._wanted = self._wanted, None
+                seen = self._requests
+            try:
+                if wanted != self._current:
+                    self.gpus.set_gpu_locked_clocks(self.device_id, wanted, wanted)
+                    self._current = wanted
+            except Exception as e:  # noqa: BLE001  (surfaced through wait())
+                logger.warning("Setting GPU %d to %d MHz failed: %s", self.device_id, wanted, e)
+                self._error = e
+            with self._cond:
+                self._applied_requests = max(self._applied_requests, seen)
+                self._cond.notify_all()
+
+    def end(self) -> None:
+        """Stop the worker and restore the default clocks. Idempotent."""
+        with self._cond:
+            if self._ended:
+                return
+            self._ended = True
+            self._stop = True
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        try:
+            self.gpus.reset_gpu_locked_clocks(self.device_id)
+            if self._memory_locked:
+                self.gpus.reset_memory_locked_clocks(self.device_id)
+        except Exception as e:  # noqa: BLE001  (exit path: report, don't mask the real error)
+            logger.warning("Restoring GPU %d clocks failed: %s", self.device_id, e)
+        with _live_lock:
+            _live.discard(self)
+        try:
+            atexit.unregister(self.end)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def __enter__(self) -> FrequencyController:
+        """Use as a context manager; `end()` on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Restore the clocks."""
+        self.end()

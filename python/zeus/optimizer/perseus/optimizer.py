@@ -1,0 +1,314 @@
+"""The Perseus client: a training-loop callback that runs the server's frequency plan.
+
+Unlike zeus 0.8 (whose client could not run: see the inventory's bug list), this client works
+end to end, reports what it measured, and does not need PyTorch:
+
+- The job id is taken from `job_id` if given; else, when `torch.distributed` is initialised,
+  rank 0 registers the job and broadcasts the id; else rank 0 registers and the other ranks
+  ask the server for the newest job with the same `job_metadata` (which must then be unique to
+  this run).
+- Every iteration, `on_step_end` posts the iteration's `ProfilingResult` (time and energy per
+  instruction, measured with the GPU's energy counter and the backend clock) and fetches the
+  next schedule. Fetching waits until every rank finished the iteration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Optional
+
+from zeus.callback import Callback
+from zeus.device import get_gpus
+from zeus.optimizer.perseus.common import (
+    GET_FREQUENCY_SCHEDULE_URL,
+    GET_JOB_ID_URL,
+    REGISTER_JOB_URL,
+    REGISTER_RANK_URL,
+    REPORT_PROFILING_RESULT_URL,
+    FrequencySchedule,
+    JobInfo,
+    ProfilingResult,
+    RankInfo,
+)
+from zeus.optimizer.perseus.frequency_controller import FrequencyController
+from zeus.util.framework import cuda_sync, sync_available
+from zeus.util.logging import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = ["PerseusOptimizer"]
+
+
+def _torch_dist_initialized() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+class PerseusOptimizer(Callback):
+    """Run each pipeline instruction at the frequency the Perseus server planned.
+
+    Args:
+        rank: Global rank.
+        dp_rank: Data-parallel rank.
+        pp_rank: Pipeline stage.
+        tp_rank: Tensor-parallel rank.
+        device_id: GPU index of this rank.
+        dp_degree: Data-parallel degree.
+        pp_degree: Number of pipeline stages.
+        tp_degree: Tensor-parallel degree.
+        world_size: Number of ranks (`dp * pp * tp`).
+        server_url: Base URL of the server, e.g. `http://127.0.0.1:7787`.
+        job_metadata: Free text appended to the job id.
+        job_id: Join this registered job instead of registering one.
+        blocking_power: Watts this GPU draws while waiting, reported to the server.
+        wait_for_frequency: Block each instruction until its clock is applied (useful with
+            the simulated GPU's virtual clock; on real GPUs the change overlaps the work).
+        report_results: Post results and fetch a new schedule every iteration (needed by
+            profiling schedulers); if false, the first schedule is replayed forever.
+        timeout: Seconds to wait for the job id or for HTTP answers other than schedules
+            (schedules may wait for slow ranks indefinitely).
+
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        dp_rank: int,
+        pp_rank: int,
+        tp_rank: int,
+        device_id: int,
+        dp_degree: int,
+        pp_degree: int,
+        tp_degree: int,
+        world_size: int,
+        server_url: str,
+        job_metadata: Optional[str] = None,
+        *,
+        job_id: Optional[str] = None,
+        blocking_power: Optional[float] = None,
+        wait_for_frequency: bool = False,
+        report_results: bool = True,
+        timeout: float = 60.0,
+    ) -> None:
+        """Register with the server, start the frequency controller, get the first plan."""
+        import httpx
+
+        self.rank = rank
+        self.dp_rank = dp_rank
+        self.pp_rank = pp_rank
+        self.tp_rank = tp_rank
+        self.device_id = device_id
+        self.world_size = world_size
+        self.server_url = server_url.rstrip("/")
+        self.blocking_power = blocking_power
+        self.wait_for_frequency = wait_for_frequency
+        self.report_results = report_results
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self.server_url, timeout=timeout)
+
+        self.gpus = get_gpus()
+        mem = max(self.gpus.get_supported_memory_clocks(device_id))
+        self.available_frequencies = sorted(
+            self.gpus.get_supported_graphics_clocks(device_id, mem), reverse=True
+        )
+        job_info = JobInfo(
+            pp_degree=pp_degree,
+            dp_degree=dp_degree,
+            tp_degree=tp_degree,
+            world_size=world_size,
+            job_metadata=job_metadata,
+        )
+        self.job_id = job_id if job_id is not None else self._get_job_id(job_info)
+        self._post(
+            REGISTER_RANK_URL.format(job_id=self.job_id),
+            RankInfo(
+                rank=rank,
+                dp_rank=dp_rank,
+                pp_rank=pp_rank,
+                tp_rank=tp_rank,
+                available_frequencies=self.available_frequencies,
+            ),
+        )
+        self.frequency_controller = FrequencyController(device_id, self.gpus)
+        self._schedule = self._fetch_schedule()
+        self._pos = 0
+        self._reset_measurements()
+
+    # Server communication ------------------------------------------------------------------
+
+    def _post(self, url: str, model: Any) -> Any:
+        resp = self._http.post(
+            url,
+            content=model.model_dump_json(),
+            headers={"Content-Type": "application/json"},
+        )
+        if resp.status_code != 200:
+            raise RuntimeError(
+                f"Perseus server: POST {url} failed ({resp.status_code}): {resp.text}"
+            )
+        return resp.json()
+
+    def _get_job_id(self, job_info: JobInfo) -> str:
+        if _torch_dist_initialized():
+            import torch.distributed as dist
+
+            holder: list[Optional[str]] = [None]
+            if self.rank == 0:
+                holder[0] = self._register_job(job_info)
+            dist.broadcast_object_list(holder, src=0)
+            assert holder[0] is not None
+            return holder[0]
+        if self.rank == 0:
+            return self._register_job(job_info)
+        if not job_info.job_metadata:
+            raise ValueError(
+                "Without torch.distributed, ranks other than 0 find the job by job_metadata "
+                "(or pass job_id); job_metadata is empty"
+            )
+        deadline = time.monotonic() + self.timeout
+        while True:
+            resp = self._http.get(GET_JOB_ID_URL, params={"job_metadata": job_info.job_metadata})
+            if resp.status_code == 200:
+                return resp.json()
+            if resp.status_code != 404 or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Perseus server: no job with metadata {job_info.job_metadata!r} "
+                    f"({resp.status_code}): {resp.text}"
+                )
+            time.sleep(0.05)
+
+    def _register_job(self, job_info: JobInfo) -> str:
+        job_id = self._post(REGISTER_JOB_URL, job_info)
+        if not isinstance(job_id, str):
+            raise RuntimeError(f"Perseus server returned a non-string job id: {job_id!r}")
+        logger.info("Registered Perseus job %s", job_id)
+        return job_id
+
+    def _fetch_schedule(self) -> list[tuple[str, int]]:
+        resp = self._http.get(
+            GET_FREQUENCY_SCHEDULE_URL.format(job_id=self.job_id),
+            params={"rank": self.rank},
+            timeout=None,
+        )
+        if resp.status_code != 200:
+            raise RuntimeError(
+                f"Perseus server: schedule request failed ({resp.status_code}): {resp.text}"
+            )
+        sched = FrequencySchedule.model_validate(resp.json())
+        if sched.rank != self.rank:
+            raise RuntimeError(f"Got the schedule of rank {sched.rank}, expected {self.rank}")
+        return list(sched.frequencies)
+
+    # Measurement ---------------------------------------------------------------------------
+
+    def _reset_measurements(self) -> None:
+        self._times: dict[str, list[float]] = defaultdict(list)
+        self._energies: dict[str, list[float]] = defaultdict(list)
+        self._step_start: Optional[tuple[float, float]] = None
+        self._instr_start: Optional[tuple[str, float, float]] = None
+
+    def _sync(self) -> None:
+        # Wait for queued GPU work so times and energies belong to the right instruction;
+        # without a framework (e.g. the simulated GPU) there is nothing queued.
+        if sync_available():
+            cuda_sync(self.device_id)
+
+    def _sample(self) -> tuple[float, float]:
+        """(backend clock s, energy J) now."""
+        return self.gpus.now(), self.gpus.get_total_energy_consumption(self.device_id) / 1000.0
+
+    # Callback hooks ------------------------------------------------------------------------
+
+    def on_step_begin(self) -> None:
+        """Mark the iteration's start."""
+        self._step_start = self._sample()
+
+    def on_instruction_begin(self, name: str) -> None:
+        """Apply the planned frequency of the next instruction, which must be `name`.
+
+        Raises:
+            RuntimeError: the plan has no more instructions, or the next one is not `name`.
+
+        """
+        self._sync()
+        if self._pos >= len(self._schedule):
+            raise RuntimeError(
+                f"Rank {self.rank}: the schedule has fewer frequencies than expected "
+                f"({len(self._schedule)})"
+            )
+        expected, freq = self._schedule[self._pos]
+        if expected != name:
+            raise RuntimeError(
+                f"Rank {self.rank}: instruction {self._pos} is {name!r}, the schedule "
+                f"expects {expected!r}"
+            )
+        self._pos += 1
+        self.frequency_controller.set_frequency(freq)
+        if self.wait_for_frequency:
+            self.frequency_controller.wait()
+        if self._step_start is None:
+            self._step_start = self._sample()
+        t, e = self._sample()
+        self._instr_start = (name, t, e)
+
+    def on_instruction_end(self, name: str) -> None:
+        """Record the instruction's time and energy."""
+        self._sync()
+        if self._instr_start is None or self._instr_start[0] != name:
+            raise RuntimeError(f"Rank {self.rank}: on_instruction_end({name!r}) without a begin")
+        _, t0, e0 = self._instr_start
+        t1, e1 = self._sample()
+        self._times[name].append(t1 - t0)
+        self._energies[name].append(e1 - e0)
+        self._instr_start = None
+
+    def on_step_end(self) -> None:
+        """Check the plan was used up, report the iteration, fetch the next plan.
+
+        Raises:
+            RuntimeError: instructions of the plan were not run.
+
+        """
+        if self._pos != len(self._schedule):
+            raise RuntimeError(
+                f"Rank {self.rank}: {len(self._schedule) - self._pos} scheduled instructions "
+                "were not run this iteration"
+            )
+        self._pos = 0
+        if not self.report_results:
+            self._reset_measurements()
+            return
+        t1, e1 = self._sample()
+        t0, e0 = self._step_start if self._step_start is not None else (t1, e1)
+        result = ProfilingResult(
+            rank=self.rank,
+            iter_time=[t1 - t0],
+            iter_energy=[e1 - e0],
+            time_breakdown={k: [v] for k, v in self._times.items()},
+            energy_breakdown={k: [v] for k, v in self._energies.items()},
+            blocking_power=self.blocking_power,
+        )
+        self.last_result = result
+        self._post(REPORT_PROFILING_RESULT_URL.format(job_id=self.job_id), result)
+        self._reset_measurements()
+        self._schedule = self._fetch_schedule()
+
+    @property
+    def schedule(self) -> list[tuple[str, int]]:
+        """The `(instruction, MHz)` plan of the current iteration."""
+        return list(self._schedule)
+
+    def close(self) -> None:
+        """Restore the GPU clocks and close the HTTP client."""
+        self.frequency_controller.end()
+        self._http.close()
+
+    def on_train_end(self) -> None:
+        """Restore the GPU clocks."""
+        self.close()
