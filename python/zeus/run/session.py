@@ -1,0 +1,446 @@
+"""The training side of `ZeusMaster`'s protocol, without any deep-learning framework.
+
+`JobSession` is what `ZeusDataLoader` does under the hood, usable from any training loop (JAX,
+plain NumPy, a simulated workload): it reads the `ZEUS_*` environment that `ZeusMaster` sets,
+profiles GPU power limits just in time inside the first epochs, measures every epoch with
+`ZeusMonitor`, stops predictively before the cost threshold is crossed, and writes the
+`train.json` / `power.json` files the master reads back.
+
+Protocol (environment, all optional except `ZEUS_TARGET_METRIC`):
+
+| Variable | Meaning | Default |
+|---|---|---|
+| `ZEUS_TARGET_METRIC` | validation metric that counts as reached | required |
+| `ZEUS_LOG_DIR` | directory of this run's files | `zeus_log` |
+| `ZEUS_JOB_ID` | name of this run, e.g. `rec01+try01` | `zeus` |
+| `ZEUS_COST_THRESH` | stop before the cost would reach this | `inf` |
+| `ZEUS_ETA_KNOB` | energy/time weight η | 0.5 |
+| `ZEUS_MONITOR_PATH` | legacy monitor binary (unused, accepted) | `zeus_monitor` |
+| `ZEUS_PROFILE_PARAMS` | `warmup,measure` iterations per power limit | `10,40` |
+| `ZEUS_USE_OPTIMAL_PL` | use the optimal power limit (false = observer mode) | true |
+
+Files: `{log_dir}/{job_id}+bs{B}.train.json` = `{"energy", "time", "cost", "num_epochs",
+"reached"}`, and `{log_dir}/bs{B}.power.json` = `{"job_id", "train_power", "train_throughput",
+"eval_power", "eval_throughput", "optimal_pl"}` (power limits in mW as string keys, power in W,
+throughput in iterations/s). A batch size is profiled only while its power.json is missing.
+
+Fixed reference bugs (inventory §5.4): the optimal power limit uses the maximum power in watts
+(the reference mixed mW and W, which made it pick the fastest limit), and the monitor path is
+not passed as `approx_instant_energy`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from zeus.util.env import get_env
+from zeus.util.metric import ZeusCostThresholdExceededError, zeus_cost
+
+__all__ = ["JobSession", "ProtocolEnv", "compute_optimal_pl", "power_limit_steps"]
+
+EPOCH_WINDOW = "__ZeusDataLoader_epoch"
+PL_STEP_MW = 25_000
+
+
+class ProtocolEnv:
+    """The `ZEUS_*` variables of one run, parsed and checked.
+
+    Raises:
+        ValueError: a variable is missing (only `ZEUS_TARGET_METRIC` is required) or malformed;
+            the message names it.
+
+    """
+
+    def __init__(self) -> None:
+        self.target_metric = get_env("ZEUS_TARGET_METRIC", float)
+        self.log_dir = get_env("ZEUS_LOG_DIR", str, "zeus_log")
+        self.job_id = get_env("ZEUS_JOB_ID", str, "zeus")
+        self.cost_thresh = get_env("ZEUS_COST_THRESH", float, math.inf)
+        self.eta_knob = get_env("ZEUS_ETA_KNOB", float, 0.5)
+        self.monitor_path = get_env("ZEUS_MONITOR_PATH", str, "zeus_monitor")
+        params = get_env("ZEUS_PROFILE_PARAMS", str, "10,40")
+        try:
+            warmup, measure = (int(x) for x in params.split(","))
+        except ValueError:
+            raise ValueError(
+                f"ZEUS_PROFILE_PARAMS must be 'warmup,measure' integers, got '{params}'"
+            ) from None
+        if warmup < 0 or measure <= 0:
+            raise ValueError(f"ZEUS_PROFILE_PARAMS must be non-negative, positive; got '{params}'")
+        self.warmup_iters = warmup
+        self.measure_iters = measure
+        self.use_optimal_pl = get_env("ZEUS_USE_OPTIMAL_PL", bool, True)
+        if not 0.0 <= self.eta_knob <= 1.0:
+            raise ValueError(f"ZEUS_ETA_KNOB must be in [0, 1], got {self.eta_knob}")
+
+
+def power_limit_steps(min_mw: int, max_mw: int) -> list[int]:
+    """Power limits to profile: 25 W steps from the maximum down, never below the minimum."""
+    return list(range(max_mw, min_mw - 1, -PL_STEP_MW))
+
+
+def compute_optimal_pl(
+    power: dict[int, float], tput: dict[int, float], eta: float, max_power_w: float
+) -> int:
+    """The power limit with the lowest cost per iteration: `(η·P + (1−η)·MaxPower) / tput`.
+
+    Args:
+        power: Average power (W, summed over GPUs) at each power limit (mW).
+        tput: Throughput (iterations/s) at each power limit.
+        eta: Energy/time weight.
+        max_power_w: Maximum power of all GPUs of the job, W.
+
+    """
+    if not power:
+        raise ValueError("no power limit was profiled")
+    return min(power, key=lambda pl: (eta * power[pl] + (1 - eta) * max_power_w) / tput[pl])
+
+
+class _Prof(enum.Enum):
+    NOT_PROFILING = 0
+    WARMING_UP = 1
+    PROFILING = 2
+
+
+class JobSession:
+    """One run of a recurring job, speaking `ZeusMaster`'s protocol.
+
+    Drive it from the training loop::
+
+        s = JobSession(batch_size=bs, max_epochs=me, train_iters=len(train), eval_iters=len(val))
+        for epoch in s.epochs():
+            s.begin_epoch("train")
+            for i in range(len(train)):
+                s.before_train_iteration()
+                step()
+            s.end_epoch("train")
+            s.begin_epoch("eval")
+            ...
+            s.end_epoch("eval")
+            s.report_metric(accuracy, higher_is_better=True)
+
+    Args:
+        batch_size: Global batch size (per-GPU size times world size).
+        max_epochs: Epochs after which the run gives up.
+        train_iters: Training iterations per epoch.
+        eval_iters: Evaluation iterations per epoch (0 if there is no evaluation).
+        world_size: GPUs of a data-parallel job (GPUs `0..world_size-1`).
+        rank: This process's rank; only rank 0 measures and writes files.
+        sync: Called before reading energy so that queued GPU work is finished.
+        decide: For data-parallel jobs: makes rank 0's stop decision known to every rank
+            (`decide(stop_on_rank0) -> stop`), so all of them stop together.
+
+    Raises:
+        ValueError: bad arguments or protocol environment.
+        RuntimeError: too few iterations per epoch to profile power limits.
+
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        max_epochs: int,
+        train_iters: int,
+        eval_iters: int = 0,
+        world_size: int = 1,
+        rank: int = 0,
+        sync: Callable[[], None] | None = None,
+        decide: Callable[[bool], bool] | None = None,
+    ) -> None:
+        for name, v, lo in (
+            ("batch_size", batch_size, 1),
+            ("max_epochs", max_epochs, 1),
+            ("train_iters", train_iters, 1),
+            ("eval_iters", eval_iters, 0),
+            ("world_size", world_size, 1),
+        ):
+            if v < lo:
+                raise ValueError(f"{name} must be at least {lo}, got {v}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+        self.env = ProtocolEnv()
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.train_iters = train_iters
+        self.eval_iters = eval_iters
+        self.world_size = world_size
+        self.rank = rank
+        self._sync = sync
+        self._decide = decide
+        self.train_json = os.path.join(
+            self.env.log_dir, f"{self.env.job_id}+bs{batch_size}.train.json"
+        )
+        self.power_json = os.path.join(self.env.log_dir, f"bs{batch_size}.power.json")
+        self.profiling = not os.path.exists(self.power_json)
+
+        # Profiling window, scaled down when an epoch is too short (as the reference).
+        w, p = self.env.warmup_iters, self.env.measure_iters
+        if w + p >= train_iters:
+            scale = (train_iters - 1) / (w + p)
+            w, p = int(w * scale), int(p * scale)
+            if p == 0:
+                raise RuntimeError(
+                    f"{train_iters} iterations per epoch are too few to profile power limits; "
+                    "use a smaller batch size"
+                )
+        self.warmup_iters, self.measure_iters = w, p
+
+        self.epoch_num = 0
+        self.target_metric_reached = False
+        self.train_epoch_time: list[float] = []
+        self.eval_epoch_time: list[float] = []
+        self.train_epoch_energy: list[float] = []
+        self.eval_epoch_energy: list[float] = []
+        self.train_power_result: dict[int, float] = {}
+        self.train_tput_result: dict[int, float] = {}
+        self.eval_power_result: dict[int, float] = {}
+        self.eval_tput_result: dict[int, float] = {}
+        self.optimal_pl = 0
+        self.current_pl = 0
+        self._sample_num = 0
+        self._prof_state = _Prof.NOT_PROFILING
+        self._prof_pl_index = 0
+        self._warmup_start = 0
+        self._prof_start = 0
+        self._phase: str | None = None
+
+        self.gpus: Any = None
+        self.monitor: Any = None
+        if rank == 0:
+            from zeus.device import get_gpus
+            from zeus.monitor import ZeusMonitor
+
+            self.gpus = get_gpus()
+            if world_size > len(self.gpus):
+                raise ValueError(f"world_size {world_size} exceeds the {len(self.gpus)} GPUs")
+            min_mw, max_mw = self.gpus.get_power_management_limit_constraints(0)
+            self.max_pl = int(max_mw)
+            self.power_limits = power_limit_steps(int(min_mw), int(max_mw))
+            # monitor_path is the legacy binary; it is not a ZeusMonitor argument (§5.4).
+            self.monitor = ZeusMonitor(gpu_indices=list(range(world_size)))
+            if not self.profiling:
+                self._load_power_json()
+                self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
+        else:
+            self.max_pl = 0
+            self.power_limits = []
+
+    # ---- power limits ------------------------------------------------------------------
+
+    def _set_pl(self, pl_mw: int) -> None:
+        if self.rank != 0:
+            return
+        if self._sync is not None:
+            self._sync()
+        for i in range(self.world_size):
+            self.gpus.set_power_management_limit(i, int(pl_mw))
+        self.current_pl = int(pl_mw)
+
+    def _load_power_json(self) -> None:
+        with open(self.power_json) as f:
+            data = json.load(f)
+
+        def ints(d: dict[str, float]) -> dict[int, float]:
+            return {int(k): float(v) for k, v in d.items()}
+
+        self.train_power_result = ints(data["train_power"])
+        self.train_tput_result = ints(data["train_throughput"])
+        self.eval_power_result = ints(data["eval_power"])
+        self.eval_tput_result = ints(data["eval_throughput"])
+        self.optimal_pl = int(data["optimal_pl"])
+
+    def _save_power_json(self) -> None:
+        data = {
+            "job_id": self.env.job_id,
+            "train_power": self.train_power_result,
+            "train_throughput": self.train_tput_result,
+            "eval_power": self.eval_power_result,
+            "eval_throughput": self.eval_tput_result,
+            "optimal_pl": self.optimal_pl,
+        }
+        _atomic_json(self.power_json, data)
+
+    @property
+    def max_power_w(self) -> float:
+        """Maximum power of the job's GPUs, W."""
+        return self.max_pl // 1000 * self.world_size
+
+    def _compute_optimal_pl(self) -> int:
+        return compute_optimal_pl(
+            self.train_power_result, self.train_tput_result, self.env.eta_knob, self.max_power_w
+        )
+
+    # ---- epochs ------------------------------------------------------------------------
+
+    def _energy(self) -> float:
+        return sum(self.train_epoch_energy) + sum(self.eval_epoch_energy)
+
+    def _time(self) -> float:
+        return sum(self.train_epoch_time) + sum(self.eval_epoch_time)
+
+    def cost(self) -> float:
+        """Cost of the run so far."""
+        return zeus_cost(self._energy(), self._time(), self.env.eta_knob, self.max_power_w)
+
+    def _save_train_json(self, reached: bool) -> None:
+        if self.rank != 0:
+            return
+        os.makedirs(self.env.log_dir, exist_ok=True)
+        _atomic_json(
+            self.train_json,
+            {
+                "energy": self._energy(),
+                "time": self._time(),
+                "cost": self.cost(),
+                "num_epochs": self.epoch_num,
+                "reached": reached,
+            },
+        )
+
+    def _next_cost(self) -> float:
+        pl = self.optimal_pl if self.env.use_optimal_pl else self.max_pl
+        # Observer mode runs at the maximum limit, which profiling measured first.
+        train_time = self.train_iters / self.train_tput_result[pl]
+        eval_time = 0.0
+        eval_energy = 0.0
+        if self.eval_iters and pl in self.eval_tput_result:
+            eval_time = self.eval_iters / self.eval_tput_result[pl]
+            eval_energy = eval_time * self.eval_power_result[pl]
+        energy = self._energy() + train_time * self.train_power_result[pl] + eval_energy
+        time = self._time() + train_time + eval_time
+        return zeus_cost(energy, time, self.env.eta_knob, self.max_power_w)
+
+    def epochs(self) -> Iterator[int]:
+        """Yield epoch numbers (0, 1, ...) until the target is reached or the run must stop.
+
+        Raises:
+            ZeusCostThresholdExceededError: the next epoch is expected to reach the cost
+                threshold; train.json (reached=false) has been written. Raised on every rank.
+
+        """
+        while True:
+            if self.target_metric_reached:
+                self._save_train_json(True)
+                return
+            if self.epoch_num >= self.max_epochs:
+                self._save_train_json(False)
+                return
+            if self.epoch_num == 0 or self.profiling:
+                yield self.epoch_num
+                continue
+            stop = False
+            err: ZeusCostThresholdExceededError | None = None
+            if self.rank == 0:
+                next_cost = self._next_cost()
+                if next_cost >= self.env.cost_thresh:
+                    stop = True
+                    err = ZeusCostThresholdExceededError(
+                        self._time(), self._energy(), self.cost(), next_cost, self.env.cost_thresh
+                    )
+            if self._decide is not None:
+                stop = self._decide(stop)
+            if stop:
+                self._save_train_json(False)
+                if err is None:
+                    err = ZeusCostThresholdExceededError(
+                        0.0, 0.0, 0.0, math.inf, self.env.cost_thresh
+                    )
+                raise err
+            yield self.epoch_num
+
+    def begin_epoch(self, phase: str) -> None:
+        """Start a `train` or `eval` epoch."""
+        if phase not in ("train", "eval"):
+            raise ValueError(f"phase must be 'train' or 'eval', got '{phase}'")
+        if self._phase is not None:
+            raise RuntimeError(f"the {self._phase} epoch is still open")
+        self._phase = phase
+        if phase == "train":
+            self.epoch_num += 1
+            self._sample_num = 0
+            if not self.profiling:
+                self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
+        if self.rank == 0:
+            self.monitor.begin_window(EPOCH_WINDOW)
+
+    def end_epoch(self, phase: str) -> None:
+        """Finish the open epoch and account its time and energy."""
+        if self._phase != phase:
+            raise RuntimeError(f"no {phase} epoch is open")
+        self._phase = None
+        if self.rank != 0:
+            return
+        if self._sync is not None:
+            self._sync()
+        if phase == "train" and self._prof_state is not _Prof.NOT_PROFILING:
+            # The epoch ended inside a profiling window; drop it and redo this limit later.
+            if self._prof_state is _Prof.PROFILING:
+                self.monitor.end_window(self._prof_window(), cancel=True)
+            self._prof_state = _Prof.NOT_PROFILING
+        m = self.monitor.end_window(EPOCH_WINDOW)
+        energy = sum(m.energy.values())
+        if phase == "train":
+            self.train_epoch_time.append(m.time)
+            self.train_epoch_energy.append(energy)
+            return
+        self.eval_epoch_time.append(m.time)
+        self.eval_epoch_energy.append(energy)
+        if self.profiling and m.time > 0:
+            self.eval_tput_result[self.current_pl] = self.eval_iters / m.time
+            self.eval_power_result[self.current_pl] = energy / m.time
+            if self.optimal_pl != 0:
+                self._save_power_json()
+                self.profiling = False
+
+    def _prof_window(self) -> str:
+        return f"__ZeusDataLoader_power_limit_{self.current_pl // 1000}"
+
+    def before_train_iteration(self) -> None:
+        """Call before each training iteration: drives just-in-time power-limit profiling."""
+        self._sample_num += 1
+        if self.rank != 0 or not self.profiling or self._prof_pl_index >= len(self.power_limits):
+            return
+        n = self._sample_num
+        if self._prof_state is _Prof.NOT_PROFILING:
+            if n + self.warmup_iters + self.measure_iters < self.train_iters:
+                self._set_pl(self.power_limits[self._prof_pl_index])
+                self._prof_state = _Prof.WARMING_UP
+                self._warmup_start = n
+        if self._prof_state is _Prof.WARMING_UP and n - self._warmup_start == self.warmup_iters:
+            self.monitor.begin_window(self._prof_window())
+            self._prof_state = _Prof.PROFILING
+            self._prof_start = n
+        elif self._prof_state is _Prof.PROFILING and n - self._prof_start == self.measure_iters:
+            if self._sync is not None:
+                self._sync()
+            m = self.monitor.end_window(self._prof_window())
+            self._prof_state = _Prof.NOT_PROFILING
+            self._prof_pl_index += 1
+            if m.time > 0:
+                self.train_power_result[self.current_pl] = sum(m.energy.values()) / m.time
+                self.train_tput_result[self.current_pl] = self.measure_iters / m.time
+            if self._prof_pl_index == len(self.power_limits):
+                self.optimal_pl = self._compute_optimal_pl()
+                # Set now, so the following eval epoch is measured at the optimum.
+                self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
+
+    def report_metric(self, metric: float, higher_is_better: bool) -> None:
+        """Report the validation metric of the epoch."""
+        if higher_is_better:
+            self.target_metric_reached = metric >= self.env.target_metric
+        else:
+            self.target_metric_reached = metric <= self.env.target_metric
+
+
+def _atomic_json(path: str, data: dict[str, Any]) -> None:
+    """Write JSON via a temporary file so a reader never sees half a file."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
