@@ -62,7 +62,7 @@ def test_real_clock_background_thread_samples_and_stops(sim_gpus):
         assert pm.running
         time.sleep(0.2)
         n = pm.num_samples
-        assert n >= 10, n
+        assert n >= 5, n
         start, end = pm.timeline()[0][0], pm.timeline()[0][-1]
         energy = pm.get_energy(start, end)
         assert energy[0] == pytest.approx(30.0 * (end - start), rel=0.05)  # A40 idles at 30 W
@@ -123,8 +123,8 @@ def test_update_period_detected_by_sampling_through_nvml(monkeypatch):
     assert gpus.get_power_update_period(0) is None
     pm = PowerMonitor()
     try:
-        # Half of 20 ms, give or take the polling granularity.
-        assert 0.008 <= pm.update_period <= 0.0125, pm.update_period
+        # Half of 20 ms, give or take scheduling noise on a loaded machine; never 0.
+        assert 0.005 <= pm.update_period <= 0.02, pm.update_period
         assert pm.running
     finally:
         pm.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from zeus import _core
 from zeus.device import get_gpus
@@ -19,6 +19,11 @@ from zeus.util.framework import cuda_sync, sync_available
 Measurement = _core.Measurement
 
 __all__ = ["Measurement", "ZeusMonitor"]
+
+
+def _resolve_sync() -> Callable[[int], None] | None:
+    # Looked up when a window first asks for a sync (checking for PyTorch imports it).
+    return cuda_sync if sync_available() else None
 
 
 class ZeusMonitor(_core.ZeusMonitor):
@@ -86,9 +91,8 @@ class ZeusMonitor(_core.ZeusMonitor):
         path = None
         if log_file is not None:
             path = os.fspath(Path(log_file))
-        sync = cuda_sync if sync_available() else None
         self.power_monitor: PowerMonitor | None = self._init(
-            self.gpus, indices, bool(approx_instant_energy), path, sync, power_monitor
+            self.gpus, indices, bool(approx_instant_energy), path, _resolve_sync, power_monitor
         )
         self.gpu_indices: list[int] = list(range(len(self.gpus))) if indices is None else indices
 

@@ -364,7 +364,11 @@ struct MonitorState {
     core: Mutex<EnergyMonitor>,
     gpus: Gpus,
     indices: Vec<usize>,
-    sync: Option<Py<PyAny>>,
+    /// `resolve_sync()` returns the framework's `sync(gpu_index)` or `None`; it is called on
+    /// the first window that asks for a sync, so that merely creating a monitor never imports
+    /// a framework (importing PyTorch takes seconds).
+    resolve_sync: Option<Py<PyAny>>,
+    sync: OnceLock<Option<Py<PyAny>>>,
     approx: bool,
 }
 
@@ -390,7 +394,22 @@ fn lock(m: &Mutex<EnergyMonitor>) -> MutexGuard<'_, EnergyMonitor> {
 }
 
 fn sync_all(py: Python<'_>, st: &MonitorState) -> PyResult<()> {
-    if let Some(f) = &st.sync {
+    let sync = match st.sync.get() {
+        Some(s) => s,
+        None => {
+            let resolved = match &st.resolve_sync {
+                None => None,
+                Some(r) => {
+                    let f = r.call0(py)?;
+                    (!f.is_none(py)).then_some(f)
+                }
+            };
+            // Another thread may have won the race; either result is the same function.
+            let _ = st.sync.set(resolved);
+            st.sync.get().expect("just set")
+        }
+    };
+    if let Some(f) = sync {
         for &i in &st.indices {
             f.call1(py, (i,))?;
         }
@@ -410,10 +429,11 @@ impl PyZeusMonitor {
         }
     }
 
-    /// Set up: `gpus` is a `zeus.device.GPUs`, `sync` a callable `sync(gpu_index)` or `None`,
+    /// Set up: `gpus` is a `zeus.device.GPUs`, `resolve_sync` a callable returning the
+    /// framework's `sync(gpu_index)` or `None` (called once, on first use),
     /// `check_power` a `PowerMonitor` to cross-check counter energies against. Returns the
     /// `PowerMonitor` made for GPUs without an energy counter, or `None`.
-    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, sync, check_power))]
+    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, resolve_sync, check_power))]
     #[allow(clippy::too_many_arguments)]
     fn _init(
         &self,
@@ -422,7 +442,7 @@ impl PyZeusMonitor {
         gpu_indices: Option<Vec<usize>>,
         approx_instant_energy: bool,
         log_file: Option<PathBuf>,
-        sync: Option<Py<PyAny>>,
+        resolve_sync: Option<Py<PyAny>>,
         check_power: Option<&Bound<'_, PyPowerMonitor>>,
     ) -> PyResult<Option<Py<PyPowerMonitor>>> {
         let g = core_gpus(gpus)?;
@@ -441,7 +461,8 @@ impl PyZeusMonitor {
                 core: Mutex::new(core),
                 gpus: g,
                 indices,
-                sync,
+                resolve_sync,
+                sync: OnceLock::new(),
                 approx: approx_instant_energy,
             })
             .map_err(|_| PyRuntimeError::new_err("ZeusMonitor is already initialised"))?;
