@@ -4,6 +4,8 @@
 //! Tie rule, for every selector: the earliest measurement in profiling order wins, which is the
 //! highest power limit among equals (the reference's `min(...)` over a list does the same).
 
+use std::collections::HashMap;
+
 use thiserror::Error;
 
 use crate::util::metric::zeus_cost;
@@ -150,11 +152,24 @@ fn zeus_cost_choice(measurements: &[Measurement], eta_knob: f64, world_size: u32
     // The reference builds `{power_limit: cost}` in measurement order: a limit measured twice
     // keeps its first position and its last cost. Keep that behaviour.
     let mut costs: Vec<(u32, f64)> = Vec::with_capacity(measurements.len());
+    // Real profiles have about ten limits: a linear scan beats hashing there; long synthetic
+    // profiles (every watt) get an index so the cost stays linear.
+    let mut slot_of: Option<HashMap<u32, usize>> =
+        (measurements.len() > 32).then(|| HashMap::with_capacity(measurements.len()));
     for m in measurements {
         let c = zeus_cost(m.energy, m.time, eta_knob, max_power);
-        match costs.iter_mut().find(|(pl, _)| *pl == m.power_limit) {
-            Some(slot) => slot.1 = c,
-            None => costs.push((m.power_limit, c)),
+        let slot = match &slot_of {
+            Some(index) => index.get(&m.power_limit).copied(),
+            None => costs.iter().position(|(pl, _)| *pl == m.power_limit),
+        };
+        match slot {
+            Some(slot) => costs[slot].1 = c,
+            None => {
+                if let Some(index) = slot_of.as_mut() {
+                    index.insert(m.power_limit, costs.len());
+                }
+                costs.push((m.power_limit, c));
+            }
         }
     }
     let mut best = costs[0];
@@ -248,6 +263,16 @@ mod tests {
         assert_eq!(
             Selector::zeus_cost(1.0, 1).unwrap().select(&p).unwrap(),
             250
+        );
+    }
+
+    #[test]
+    fn zeus_cost_duplicates_in_long_profiles_behave_the_same() {
+        let mut p: Vec<Measurement> = (0..40).map(|i| m(400 - i, 100.0, 1.0)).collect();
+        p.push(m(390, 1.0, 1.0)); // 390 W re-measured, cheaper: keeps its slot, wins
+        assert_eq!(
+            Selector::zeus_cost(1.0, 1).unwrap().select(&p).unwrap(),
+            390
         );
     }
 
