@@ -269,11 +269,11 @@ class JobManager:
         n = job.next_round.get(result.rank, 0) - 1
         if n < 0:
             raise PerseusError(400, f"rank {result.rank} reported before receiving a schedule")
-        round_results = job.results.setdefault(n, {})
-        if result.rank in round_results:
+        if n <= job.observed or result.rank in job.results.get(n, {}):
             raise PerseusError(
                 409, f"rank {result.rank} already reported a result for schedule {n}"
             )
+        round_results = job.results.setdefault(n, {})
         round_results[result.rank] = result
         if len(round_results) < job.info.world_size or job.observed != n - 1:
             return

@@ -1,0 +1,134 @@
+"""FrequencyController: applies clocks off-thread, coalesces, restores on every exit path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import zeus.sim
+from zeus.optimizer.perseus.frequency_controller import FrequencyController
+
+
+def test_applies_and_restores(sim_gpus):
+    gpus = sim_gpus("A40")
+    base = zeus.sim.steady_state(0)
+    with FrequencyController(0, gpus) as c:
+        assert c.frequency == c.max_frequency == 1740
+        c.set_frequency(975)
+        assert c.wait(timeout=5)
+        assert c.frequency == 975
+        slow = zeus.sim.steady_state(0)
+        assert slow[0] > base[0] * 1.5 and slow[1] < base[1]
+        c.set_frequency(0)  # ignored, like the reference
+        assert c.wait(timeout=5) and c.frequency == 975
+    assert zeus.sim.steady_state(0) == base
+    with pytest.raises(RuntimeError, match="ended"):
+        c.set_frequency(1000)
+    c.end()  # idempotent
+
+
+def test_coalesces_to_latest_request(sim_gpus):
+    gpus = sim_gpus("A40")
+    calls = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(gpus, name)
+
+        def set_gpu_locked_clocks(self, i, lo, hi):
+            calls.append(lo)
+            time.sleep(0.01)  # a slow driver call, so requests pile up meanwhile
+            gpus.set_gpu_locked_clocks(i, lo, hi)
+
+    with FrequencyController(0, Counting()) as c:
+        calls.clear()
+        for f in range(1000, 1100, 5):
+            c.set_frequency(f)
+        assert c.wait(timeout=5)
+        assert c.frequency == 1095
+        assert calls[-1] == 1095
+        # Superseded requests were dropped rather than applied one by one.
+        assert len(calls) < 20
+
+
+def test_errors_surface_through_wait(sim_gpus):
+    gpus = sim_gpus("A40")
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(gpus, name)
+
+        def set_gpu_locked_clocks(self, i, lo, hi):
+            if lo == 1234:
+                raise ValueError(f"cannot lock {lo} MHz")
+            gpus.set_gpu_locked_clocks(i, lo, hi)
+
+    with FrequencyController(0, Failing()) as c:
+        c.set_frequency(1234)
+        with pytest.raises(ValueError, match="1234"):
+            c.wait(timeout=5)
+        # The controller keeps working after a failed change.
+        c.set_frequency(900)
+        assert c.wait(timeout=5) and c.frequency == 900
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    os.environ.update(ZEUS_GPU_BACKEND="sim", ZEUS_SIM_CLOCK="virtual")
+    from zeus.device import get_gpus
+    from zeus.optimizer.perseus.frequency_controller import FrequencyController
+    gpus = get_gpus()
+    real_reset = gpus.reset_gpu_locked_clocks
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(gpus, name)
+        def reset_gpu_locked_clocks(self, i):
+            real_reset(i)
+            print("RESET", flush=True)
+
+    c = FrequencyController(0, Spy())
+    c.set_frequency(900)
+    c.wait()
+    print("READY", flush=True)
+    mode = sys.argv[1]
+    if mode == "exception":
+        raise ValueError("training crashed")
+    if mode == "normal":
+        sys.exit(0)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "mode,sig,code",
+    [
+        ("normal", None, 0),
+        ("exception", None, 1),
+        ("wait", signal.SIGTERM, -signal.SIGTERM),
+        ("wait", signal.SIGINT, -signal.SIGINT),  # KeyboardInterrupt, then atexit
+    ],
+)
+def test_clocks_restored_on_exit_paths(mode, sig, code):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ZEUS_LOG_LEVEL": "WARNING"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "READY", proc.stderr.read() if proc.stderr else ""
+    if sig is not None:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert out.count("RESET") == 1, (out, err)
