@@ -370,11 +370,13 @@ impl BatchSizePolicy for PruningGts {
 
     fn observe(&mut self, bs: u32, cost: f64, reached: bool) -> SimResult<()> {
         self.history.push((bs, -cost));
-        if self.mab.is_some() {
-            let rewards = self.window(bs);
-            let prec = 1.0 / variance(&rewards);
-            let mab = self.mab.as_mut().expect("checked");
-            mab.set_reward_prec(bs, prec)?;
+        let rewards = if self.mab.is_some() {
+            self.window(bs)
+        } else {
+            Vec::new()
+        };
+        if let Some(mab) = self.mab.as_mut() {
+            mab.set_reward_prec(bs, 1.0 / variance(&rewards))?;
             mab.fit_arm(bs, &rewards, true)
         } else {
             self.explorer.report(bs, cost, reached)
