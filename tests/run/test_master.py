@@ -305,3 +305,15 @@ def test_zeus_dataloader_with_a_tiny_cpu_model(a40, tmp_path: Path) -> None:
     power = json.loads((logs / "bs8.power.json").read_text())
     assert power["optimal_pl"] == expected_optimal_pl() * 1000
     assert not math.isnan(result["energy"])
+
+
+def test_observer_mode_profiles_but_trains_at_the_maximum(a40, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ZEUS_USE_OPTIMAL_PL", "False")
+    s = JobSession(64, max_epochs=5, train_iters=64, eval_iters=4)
+    train(s, 64, reach_at=3)
+    power = json.loads((tmp_path / "logs" / "bs64.power.json").read_text())
+    assert power["optimal_pl"] == expected_optimal_pl() * 1000  # still computed and saved
+    assert a40.get_power_management_limit(0) == 300_000
+    s2 = JobSession(64, max_epochs=5, train_iters=64, eval_iters=4)
+    train(s2, 64, reach_at=2)
+    assert a40.get_power_management_limit(0) == 300_000
