@@ -16,6 +16,9 @@ use super::error::{MonitorError, MonitorResult};
 use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
 use crate::device::{GpuResult, Gpus};
 
+/// Closed-window buffers kept for reuse.
+const SPARE_BUFFERS: usize = 64;
+
 /// Counter refresh period assumed when the backend does not say (NVML never does): boards from
 /// Volta on refresh power and energy within 100 ms.
 pub const DEFAULT_COUNTER_UPDATE_PERIOD: f64 = 0.1;
@@ -82,6 +85,10 @@ pub struct EnergyMonitor {
     check_col: Vec<Option<usize>>,
     warned_short: HashSet<String>,
     log: Option<BufWriter<File>>,
+    /// Reusable buffers: keys and counter vectors of closed windows, and end readings.
+    spare_keys: Vec<String>,
+    spare_counters: Vec<Vec<u64>>,
+    scratch: Vec<u64>,
     /// Row buffer reused for log lines.
     line: String,
 }
@@ -156,6 +163,9 @@ impl EnergyMonitor {
             own_power,
             check_power,
             warned_short: HashSet::new(),
+            spare_keys: Vec::new(),
+            spare_counters: Vec::new(),
+            scratch: Vec::new(),
             log,
             line: String::new(),
         })
@@ -201,8 +211,9 @@ impl EnergyMonitor {
         self.windows.contains_key(key)
     }
 
-    fn read_counters(&self) -> GpuResult<Vec<u64>> {
-        let mut out = Vec::with_capacity(self.indices.len());
+    /// Read every counter GPU into `out` (cleared first; 0 for GPUs without a counter).
+    fn read_counters(&self, out: &mut Vec<u64>) -> GpuResult<()> {
+        out.clear();
         for (k, &i) in self.indices.iter().enumerate() {
             out.push(if self.has_counter[k] {
                 self.gpus.device(i)?.total_energy_consumption()?
@@ -210,7 +221,7 @@ impl EnergyMonitor {
                 0
             });
         }
-        Ok(out)
+        Ok(())
     }
 
     /// A manual (virtual-clock) timeline only grows when sampled, so sample at window edges;
@@ -230,10 +241,15 @@ impl EnergyMonitor {
             )));
         }
         let start = self.gpus.now();
-        let counters_mj = self.read_counters()?;
+        // Buffers of closed windows are reused: a begin/end pair then allocates nothing but
+        // the measurement it returns.
+        let mut counters_mj = self.spare_counters.pop().unwrap_or_default();
+        self.read_counters(&mut counters_mj)?;
         self.sample_edges()?;
-        self.windows
-            .insert(key.to_owned(), OpenWindow { start, counters_mj });
+        let mut k = self.spare_keys.pop().unwrap_or_default();
+        k.clear();
+        k.push_str(key);
+        self.windows.insert(k, OpenWindow { start, counters_mj });
         Ok(())
     }
 
@@ -246,11 +262,27 @@ impl EnergyMonitor {
         cancel: bool,
         instant: Option<&InstantPower>,
     ) -> MonitorResult<WindowEnd> {
-        let Some(w) = self.windows.remove(key) else {
+        let Some((k, w)) = self.windows.remove_entry(key) else {
             return Err(MonitorError::InvalidArg(format!(
                 "Measurement window '{key}' does not exist"
             )));
         };
+        let r = self.close(key, w.start, &w.counters_mj, cancel, instant);
+        if self.spare_keys.len() < SPARE_BUFFERS {
+            self.spare_keys.push(k);
+            self.spare_counters.push(w.counters_mj);
+        }
+        r
+    }
+
+    fn close(
+        &mut self,
+        key: &str,
+        start: f64,
+        start_mj: &[u64],
+        cancel: bool,
+        instant: Option<&InstantPower>,
+    ) -> MonitorResult<WindowEnd> {
         if cancel {
             return Ok(WindowEnd {
                 measurement: Measurement {
@@ -261,8 +293,12 @@ impl EnergyMonitor {
             });
         }
         let end = self.gpus.now();
-        let counters = self.read_counters()?;
-        let time = end - w.start;
+        let mut counters = std::mem::take(&mut self.scratch);
+        let read = self.read_counters(&mut counters);
+        self.scratch = counters;
+        read?;
+        let counters = &self.scratch;
+        let time = end - start;
         let mut warnings = Vec::new();
         let own = match &self.own_power {
             Some(pm) => {
@@ -270,14 +306,14 @@ impl EnergyMonitor {
                 if let Some(e) = pm.take_error() {
                     return Err(e.into());
                 }
-                pm.get_energy(w.start, end)
+                pm.get_energy(start, end)
             }
             None => None,
         };
         let mut energy = Vec::with_capacity(self.indices.len());
         for (k, &i) in self.indices.iter().enumerate() {
             let mut e = if self.has_counter[k] {
-                counter_delta_joules(w.counters_mj[k], counters[k])
+                counter_delta_joules(start_mj[k], counters[k])
             } else {
                 match (&own, self.own_col[k]) {
                     (Some(v), Some(c)) => v[c],
@@ -300,10 +336,10 @@ impl EnergyMonitor {
                 py_float(self.shortest_relevant_period())
             ));
         }
-        self.cross_check(key, w.start, end, &energy, &mut warnings);
+        self.cross_check(key, start, end, &energy, &mut warnings);
         if let Some(log) = self.log.as_mut() {
             self.line.clear();
-            self.line.push_str(&py_float(w.start));
+            self.line.push_str(&py_float(start));
             self.line.push(',');
             self.line.push_str(key);
             self.line.push(',');

@@ -1,0 +1,148 @@
+"""Cost of a `begin_window` + `end_window` pair through the Python API, against the fake NVML.
+
+Each configuration runs in a fresh process (the NVML library reads its simulated GPU list once):
+1 GPU and 4 GPUs, `sync_cuda=False`, the NVML backend loading the simulated `libnvidia-ml`
+(`ZEUS_NVML_LIB`, default `python -m zeus.sim nvml-path`, else `target/release/libnvidia_ml.so`).
+For context it also times the device reads a pair needs (one energy read per GPU, twice) made
+from Python, and a no-op Python call.
+
+Targets: <= 0.8 us per pair with 1 GPU, <= 1.5 us with 4 GPUs (release build of zeus._core:
+`scripts/dev-build --release`).
+
+Usage: python benchmarks/monitor_window.py [--pairs N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TARGETS_US = {1: 0.8, 4: 1.5}
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fake_nvml() -> str:
+    if os.environ.get("ZEUS_NVML_LIB"):
+        return os.environ["ZEUS_NVML_LIB"]
+    try:
+        import zeus.sim
+
+        return str(zeus.sim.nvml_library_path())
+    except FileNotFoundError:
+        for cand in ("target/release/libnvidia_ml.so", "target/debug/libnvidia_ml.so"):
+            if (REPO / cand).is_file():
+                return str(REPO / cand)
+    sys.exit("the simulated libnvidia-ml is not built: cargo build --release -p zeus-sim-nvml")
+
+
+def best_per_call(fn, n: int, repeat: int) -> float:
+    """Best (least disturbed) mean seconds per call over `repeat` runs of `n` calls."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(n)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def child(pairs: int, repeat: int) -> None:
+    import warnings
+
+    from zeus.monitor import ZeusMonitor
+
+    warnings.simplefilter("ignore")  # zero-length windows warn once; not what we time
+    monitor = ZeusMonitor()
+    gpus = monitor.gpus
+    assert gpus.backend == "nvml", gpus.backend
+    n_gpus = len(monitor.gpu_indices)
+    begin, end = monitor.begin_window, monitor.end_window
+
+    def pairs_loop(n: int) -> None:
+        for _ in range(n):
+            begin("step", sync_cuda=False)
+            end("step", sync_cuda=False)
+
+    read = gpus.get_total_energy_consumption
+    idx = list(range(n_gpus))
+
+    def reads_loop(n: int) -> None:
+        for _ in range(n):
+            for i in idx:
+                read(i)
+            for i in idx:
+                read(i)
+
+    def noop_loop(n: int) -> None:
+        f = len
+        x = ()
+        for _ in range(n):
+            f(x)
+            f(x)
+
+    pairs_loop(1000)  # warm up
+    result = {
+        "gpus": n_gpus,
+        "pair_us": best_per_call(pairs_loop, pairs, repeat) * 1e6,
+        "python_reads_us": best_per_call(reads_loop, pairs, repeat) * 1e6,
+        "two_noop_calls_us": best_per_call(noop_loop, pairs, repeat) * 1e6,
+    }
+    print(json.dumps(result))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pairs", type=int, default=200_000)
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args.pairs, args.repeat)
+        return
+    lib = fake_nvml()
+    import zeus._core
+
+    build = "debug" if "debug" in (zeus._core.__file__ or "") else "see scripts/dev-build"
+    print(f"fake NVML: {lib}\nzeus._core: {zeus._core.__file__} ({build})")
+    ok = True
+    for n in (1, 4):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("ZEUS_GPU_BACKEND", "CUDA_VISIBLE_DEVICES")
+        }
+        env.update(ZEUS_NVML_LIB=lib, ZEUS_SIM_GPUS=",".join(["A40"] * n), ZEUS_SIM_LOAD="busy")
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--pairs",
+                str(args.pairs),
+                "--repeat",
+                str(args.repeat),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        target = TARGETS_US[n]
+        status = "OK" if r["pair_us"] <= target else "OVER TARGET"
+        ok &= r["pair_us"] <= target
+        print(
+            f"{n} GPU(s): begin+end pair {r['pair_us']:.3f} us (target <= {target} us: {status}); "
+            f"the same energy reads from Python {r['python_reads_us']:.3f} us; "
+            f"two no-op Python calls {r['two_noop_calls_us']:.3f} us"
+        )
+    print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
