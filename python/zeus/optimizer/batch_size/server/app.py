@@ -38,7 +38,7 @@ from zeus.optimizer.batch_size.common import (
     TrialId,
 )
 from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
-from zeus.optimizer.batch_size.server.db import create_engine, migrate
+from zeus.optimizer.batch_size.server.db import Database
 from zeus.optimizer.batch_size.server.logic import NoConvergedBatchSizeError
 from zeus.optimizer.batch_size.server.service import (
     BsoService,
@@ -56,16 +56,14 @@ def create_app(settings: Optional[ZeusBsoSettings] = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(
-            settings.database_url, pool_size=settings.pool_size, echo=settings.echo_sql
-        )
+        db = Database(settings.database_url, pool_size=settings.pool_size, echo=settings.echo_sql)
         if settings.should_migrate:
-            await migrate(engine)
-        app.state.service = BsoService(engine)
+            await db.migrate()
+        app.state.service = BsoService(db)
         try:
             yield
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     dependencies = []
     if settings.token:

@@ -37,14 +37,13 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _migrate() -> None:
     from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
-    from zeus.optimizer.batch_size.server.db import create_engine, migrate
+    from zeus.optimizer.batch_size.server.db import Database
 
-    settings = ZeusBsoSettings()
-    engine = create_engine(settings.database_url)
+    db = Database(ZeusBsoSettings().database_url)
     try:
-        await migrate(engine)
+        await db.migrate()
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -56,6 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         # Through the environment so that every uvicorn worker process sees it.
         os.environ["ZEUS_BSO_DATABASE_URL"] = args.database_url
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     if args.migrate or args.command == "migrate":
         asyncio.run(_migrate())
         logging.getLogger("zeus.optimizer.batch_size.server").info("Database migrated")

@@ -1,7 +1,8 @@
 """The server's operations, each one database transaction.
 
-Every operation on an existing job starts by locking the job's row (see `db.py`), reads what
-it needs, decides with the pure functions of `logic.py` and writes back before committing.
+Every operation is one transaction: a synchronous function over a SQLAlchemy `Connection` that
+`db.Database.run` executes. On an existing job it first locks the job's row (see `db.py`),
+reads what it needs, decides with the pure functions of `logic.py` and writes back.
 Nothing about a job is kept in memory between requests, so any number of server processes can
 share one database and a restarted server continues every job where it stopped.
 
@@ -21,7 +22,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from zeus.exception import ZeusBaseError
 from zeus.optimizer.batch_size.common import (
@@ -32,6 +32,7 @@ from zeus.optimizer.batch_size.common import (
     TrialId,
 )
 from zeus.optimizer.batch_size.server import logic
+from zeus.optimizer.batch_size.server.db import Database
 from zeus.optimizer.batch_size.server.schema import (
     STAGE_MAB,
     STAGE_PRUNING,
@@ -89,11 +90,11 @@ def _job_config(row: Any) -> CreatedJob:
 
 
 class BsoService:
-    """Job registration, batch size prediction and result reporting over one engine."""
+    """Job registration, batch size prediction and result reporting over one database."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """Use `engine` (its schema must be migrated)."""
-        self.engine = engine
+    def __init__(self, db: Database) -> None:
+        """Use `db` (its schema must be migrated)."""
+        self.db = db
 
     # -- registration -------------------------------------------------------------------------
 
@@ -119,17 +120,14 @@ class BsoService:
                 created_at=time.time(),
             )
             try:
-                async with self.engine.begin() as conn:
-                    await conn.execute(jobs.insert().values(**values))
+                await self.db.run(_insert_job, values)
                 return created, True
             except IntegrityError:
                 if generate:
                     continue  # The random suffix collided; draw another.
-            async with self.engine.begin() as conn:
-                row = (await conn.execute(jobs.select().where(jobs.c.job_id == job_id))).first()
-            if row is None:  # Deleted in between: try to create it again.
+            existing = await self.db.run(_read_job_config, job_id)
+            if existing is None:  # Deleted in between: try to create it again.
                 continue
-            existing = _job_config(row)
             if existing != created:
                 diff = sorted(
                     f for f in _CONFIG_FIELDS if getattr(existing, f) != getattr(created, f)
@@ -148,166 +146,17 @@ class BsoService:
             ZeusBSONotFoundError: no such job.
 
         """
-        async with self.engine.begin() as conn:
-            await conn.execute(trials.delete().where(trials.c.job_id == job_id))
-            await conn.execute(arms.delete().where(arms.c.job_id == job_id))
-            res = await conn.execute(jobs.delete().where(jobs.c.job_id == job_id))
-            if res.rowcount == 0:
-                raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.")
-
-    # -- prediction ---------------------------------------------------------------------------
-
-    @staticmethod
-    async def _lock_job(conn: AsyncConnection, job_id: str) -> Any:
-        row = (
-            await conn.execute(jobs.select().where(jobs.c.job_id == job_id).with_for_update())
-        ).first()
-        if row is None:
-            raise ZeusBSOValueError(
-                f"Unknown job({job_id}) in field job_id. Please register the job first."
-            )
-        return row
+        await self.db.run(_delete_job, job_id)
 
     async def predict(self, job_id: str) -> TrialId:
         """Start a new trial of `job_id` and return it (its batch size is the decision).
 
         Raises:
             ZeusBSOValueError: unknown job.
-            ZeusBSOServerRuntimeError: pruning left no batch size.
+            logic.NoConvergedBatchSizeError: pruning left no batch size.
 
         """
-        async with self.engine.begin() as conn:
-            job = await self._lock_job(conn, job_id)
-            updates: dict[str, Any] = {}
-            if job.stage == STAGE_MAB:
-                arm_states = await self._load_arms(conn, job_id)
-                bs = await self._mab_predict(conn, job, arm_states, updates)
-                kind = TRIAL_MAB
-            else:
-                step = logic.next_exploration(
-                    json.loads(job.batch_sizes),
-                    job.default_batch_size,
-                    job.num_pruning_rounds,
-                    await self._load_explorations(conn, job),
-                )
-                if isinstance(step, logic.ExploreNext):
-                    bs, kind = step.batch_size, TRIAL_EXPLORATION
-                elif isinstance(step, logic.WaitForExploration):
-                    bs, kind = job.min_cost_batch_size, TRIAL_CONCURRENT
-                else:
-                    arm_states = await self._construct_mab(conn, job, step.batch_sizes)
-                    updates["stage"] = STAGE_MAB
-                    bs = await self._mab_predict(conn, job, arm_states, updates)
-                    kind = TRIAL_MAB
-            number = job.next_trial_number
-            updates["next_trial_number"] = number + 1
-            await conn.execute(jobs.update().where(jobs.c.job_id == job_id).values(**updates))
-            await conn.execute(
-                trials.insert().values(
-                    job_id=job_id,
-                    trial_number=number,
-                    batch_size=bs,
-                    type=kind,
-                    status=STATUS_DISPATCHED,
-                    start_timestamp=time.time(),
-                    report_count=0,
-                )
-            )
-        return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
-
-    @staticmethod
-    async def _load_arms(conn: AsyncConnection, job_id: str) -> list[logic.ArmState]:
-        rows = await conn.execute(
-            sa.select(
-                arms.c.batch_size,
-                arms.c.param_mean,
-                arms.c.param_precision,
-                arms.c.reward_precision,
-                arms.c.num_observations,
-            )
-            .where(arms.c.job_id == job_id)
-            .order_by(arms.c.batch_size)
-        )
-        return [logic.ArmState(*r) for r in rows]
-
-    @staticmethod
-    async def _load_explorations(
-        conn: AsyncConnection, job: Any
-    ) -> dict[int, list[logic.Exploration]]:
-        rows = await conn.execute(
-            sa.select(
-                trials.c.batch_size,
-                trials.c.status,
-                trials.c.converged,
-                trials.c.time,
-                trials.c.energy,
-            )
-            .where(
-                trials.c.job_id == job.job_id,
-                trials.c.type == TRIAL_EXPLORATION,
-                trials.c.status != STATUS_FAILED,
-            )
-            .order_by(trials.c.trial_number)
-        )
-        out: dict[int, list[logic.Exploration]] = {}
-        for bs, status, converged, t, e in rows:
-            if status == STATUS_DISPATCHED:
-                exp = logic.Exploration(True, False, 0.0)
-            else:
-                exp = logic.Exploration(
-                    False, bool(converged), zeus_cost(e, t, job.eta_knob, job.max_power)
-                )
-            out.setdefault(bs, []).append(exp)
-        return out
-
-    async def _construct_mab(
-        self, conn: AsyncConnection, job: Any, good: list[int]
-    ) -> list[logic.ArmState]:
-        """Create one arm per surviving batch size, fitted on its explorations' rewards."""
-        rows = await conn.execute(
-            sa.select(trials.c.batch_size, trials.c.time, trials.c.energy)
-            .where(
-                trials.c.job_id == job.job_id,
-                trials.c.type == TRIAL_EXPLORATION,
-                trials.c.status == STATUS_SUCCEEDED,
-                trials.c.batch_size.in_(good),
-            )
-            .order_by(trials.c.trial_number)
-        )
-        rewards: dict[int, list[float]] = {bs: [] for bs in good}
-        for bs, t, e in rows:
-            rewards[bs].append(-zeus_cost(e, t, job.eta_knob, job.max_power))
-        states = [
-            logic.fit_arm(bs, job.mab_prior_mean, job.mab_prior_precision, rewards[bs])
-            for bs in sorted(good)
-        ]
-        logic.logger.info("Construct MAB for %s with arms %s", job.job_id, sorted(good))
-        await conn.execute(
-            arms.insert(),
-            [
-                {
-                    "job_id": job.job_id,
-                    "batch_size": s.batch_size,
-                    "param_mean": s.param_mean,
-                    "param_precision": s.param_precision,
-                    "reward_precision": s.reward_precision,
-                    "num_observations": s.num_observations,
-                }
-                for s in states
-            ],
-        )
-        return states
-
-    @staticmethod
-    async def _mab_predict(
-        conn: AsyncConnection, job: Any, arm_states: list[logic.ArmState], updates: dict
-    ) -> int:
-        rng = logic.load_rng(job.rng_state)
-        bs = logic.thompson_predict(arm_states, job.mab_num_explorations, rng)
-        updates["rng_state"] = logic.dump_rng(rng)
-        return bs
-
-    # -- reporting ----------------------------------------------------------------------------
+        return await self.db.run(_predict, job_id)
 
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a trial's progress and tell the client whether to stop.
@@ -316,125 +165,7 @@ class BsoService:
             ZeusBSOValueError: unknown job or trial, or a batch size that does not match.
 
         """
-        async with self.engine.begin() as conn:
-            job = await self._lock_job(conn, result.job_id)
-            trial = (
-                await conn.execute(
-                    trials.select().where(
-                        trials.c.job_id == result.job_id,
-                        trials.c.trial_number == result.trial_number,
-                    )
-                )
-            ).first()
-            if trial is None:
-                raise ZeusBSOValueError(
-                    f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
-                )
-            if result.batch_size not in json.loads(job.batch_sizes):
-                raise ZeusBSOValueError(
-                    f"batch_size {result.batch_size} is not one of the job's batch_sizes "
-                    f"{json.loads(job.batch_sizes)}."
-                )
-            if result.batch_size != trial.batch_size:
-                raise ZeusBSOValueError(
-                    f"batch_size {result.batch_size} does not match trial "
-                    f"{result.trial_number}'s batch size {trial.batch_size}."
-                )
-            if trial.status != STATUS_DISPATCHED:
-                return ReportResponse(
-                    stop_train=True,
-                    converged=bool(trial.converged),
-                    message=f"Result for this trial({trial.trial_number}) is already reported.",
-                )
-            cost = zeus_cost(result.energy, result.time, job.eta_knob, job.max_power)
-            decision = logic.decide_report(
-                batch_size=result.batch_size,
-                cost=cost,
-                metric=result.metric,
-                current_epoch=result.current_epoch,
-                target_metric=job.target_metric,
-                higher_is_better=job.higher_is_better_metric,
-                max_epochs=job.max_epochs,
-                beta_knob=job.beta_knob,
-                min_cost=job.min_cost,
-            )
-            trial_key = (trials.c.job_id == result.job_id) & (
-                trials.c.trial_number == result.trial_number
-            )
-            progress = {
-                "report_count": trials.c.report_count + 1,
-                "current_epoch": result.current_epoch,
-                "metric": result.metric,
-            }
-            if not decision.stop:
-                await conn.execute(trials.update().where(trial_key).values(**progress))
-                return ReportResponse(stop_train=False, converged=False, message=decision.message)
-            if job.stage == STAGE_MAB:
-                await self._refit_arm(conn, job, result, trial_key)
-            await conn.execute(
-                trials.update()
-                .where(trial_key)
-                .values(
-                    status=STATUS_SUCCEEDED,
-                    end_timestamp=time.time(),
-                    time=result.time,
-                    energy=result.energy,
-                    converged=decision.converged,
-                    **progress,
-                )
-            )
-            # Only converged trials move the best cost (the reference's bug is fixed here).
-            if decision.converged and (job.min_cost is None or cost < job.min_cost):
-                await conn.execute(
-                    jobs.update()
-                    .where(jobs.c.job_id == job.job_id)
-                    .values(min_cost=cost, min_cost_batch_size=result.batch_size)
-                )
-        return ReportResponse(
-            stop_train=True, converged=decision.converged, message=decision.message
-        )
-
-    @staticmethod
-    async def _refit_arm(
-        conn: AsyncConnection, job: Any, result: TrainingResult, trial_key: Any
-    ) -> None:
-        """Refit the arm of the reported batch size on its most recent `window_size` results."""
-        has_arm = (
-            await conn.execute(
-                sa.select(arms.c.batch_size).where(
-                    arms.c.job_id == job.job_id, arms.c.batch_size == result.batch_size
-                )
-            )
-        ).first()
-        if has_arm is None:
-            # A trial of a batch size that pruning dropped, started before the bandit existed.
-            return
-        query = (
-            sa.select(trials.c.time, trials.c.energy)
-            .where(
-                trials.c.job_id == job.job_id,
-                trials.c.batch_size == result.batch_size,
-                trials.c.status == STATUS_SUCCEEDED,
-            )
-            .order_by(trials.c.trial_number.desc())
-        )
-        if job.window_size > 0:
-            query = query.limit(job.window_size - 1)
-        history = list(await conn.execute(query))
-        history.reverse()
-        rewards = [-zeus_cost(e, t, job.eta_knob, job.max_power) for t, e in history]
-        rewards.append(-zeus_cost(result.energy, result.time, job.eta_knob, job.max_power))
-        s = logic.fit_arm(result.batch_size, job.mab_prior_mean, job.mab_prior_precision, rewards)
-        await conn.execute(
-            arms.update()
-            .where(arms.c.job_id == job.job_id, arms.c.batch_size == result.batch_size)
-            .values(
-                param_mean=s.param_mean,
-                param_precision=s.param_precision,
-                reward_precision=s.reward_precision,
-                num_observations=s.num_observations,
-            )
-        )
+        return await self.db.run(_report, result)
 
     async def end_trial(self, trial: TrialId) -> None:
         """Mark a dispatched trial as failed (the client exited without finishing it).
@@ -443,36 +174,325 @@ class BsoService:
             ZeusBSONotFoundError: no such trial.
 
         """
-        async with self.engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    jobs.select().where(jobs.c.job_id == trial.job_id).with_for_update()
-                )
-            ).first()
-            if row is not None:
-                found = (
-                    await conn.execute(
-                        sa.select(trials.c.status, trials.c.batch_size).where(
-                            trials.c.job_id == trial.job_id,
-                            trials.c.trial_number == trial.trial_number,
-                        )
-                    )
-                ).first()
-            if row is None or found is None:
-                raise ZeusBSONotFoundError(
-                    f"Could not find trial_number {trial.trial_number} of job {trial.job_id}."
-                )
-            if found.batch_size != trial.batch_size:
-                raise ZeusBSOValueError(
-                    f"batch_size {trial.batch_size} does not match trial "
-                    f"{trial.trial_number}'s batch size {found.batch_size}."
-                )
-            if found.status == STATUS_DISPATCHED:
-                await conn.execute(
-                    trials.update()
-                    .where(
-                        trials.c.job_id == trial.job_id,
-                        trials.c.trial_number == trial.trial_number,
-                    )
-                    .values(status=STATUS_FAILED, end_timestamp=time.time())
-                )
+        await self.db.run(_end_trial, trial)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statements, built once: SQLAlchemy then reuses their memoised cache keys and compiled forms,
+# which makes a request several times cheaper than building expressions on every call.
+
+_B = sa.bindparam
+_SEL_JOB_LOCKED = jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update()
+_SEL_JOB = jobs.select().where(jobs.c.job_id == _B("k_job"))
+_UPD_JOB_PREDICT = (
+    jobs.update()
+    .where(jobs.c.job_id == _B("k_job"))
+    .values(next_trial_number=_B("b_next"), stage=_B("b_stage"), rng_state=_B("b_rng"))
+)
+_UPD_JOB_BEST = (
+    jobs.update()
+    .where(jobs.c.job_id == _B("k_job"))
+    .values(min_cost=_B("b_cost"), min_cost_batch_size=_B("b_bs"))
+)
+_INS_TRIAL = trials.insert().values(
+    job_id=_B("b_job"),
+    trial_number=_B("b_number"),
+    batch_size=_B("b_bs"),
+    type=_B("b_type"),
+    status=STATUS_DISPATCHED,
+    start_timestamp=_B("b_start"),
+    report_count=0,
+)
+_TRIAL_KEY = (trials.c.job_id == _B("k_job")) & (trials.c.trial_number == _B("number"))
+_SEL_TRIAL = sa.select(trials.c.batch_size, trials.c.status, trials.c.converged).where(_TRIAL_KEY)
+_UPD_TRIAL_PROGRESS = (
+    trials.update()
+    .where(_TRIAL_KEY)
+    .values(
+        report_count=trials.c.report_count + 1,
+        current_epoch=_B("b_epoch"),
+        metric=_B("b_metric"),
+    )
+)
+_UPD_TRIAL_FINISH = (
+    trials.update()
+    .where(_TRIAL_KEY)
+    .values(
+        report_count=trials.c.report_count + 1,
+        current_epoch=_B("b_epoch"),
+        metric=_B("b_metric"),
+        status=STATUS_SUCCEEDED,
+        end_timestamp=_B("b_end"),
+        time=_B("b_time"),
+        energy=_B("b_energy"),
+        converged=_B("b_converged"),
+    )
+)
+_UPD_TRIAL_FAIL = (
+    trials.update().where(_TRIAL_KEY).values(status=STATUS_FAILED, end_timestamp=_B("b_end"))
+)
+_SEL_ARMS = (
+    sa.select(
+        arms.c.batch_size,
+        arms.c.param_mean,
+        arms.c.param_precision,
+        arms.c.reward_precision,
+        arms.c.num_observations,
+    )
+    .where(arms.c.job_id == _B("k_job"))
+    .order_by(arms.c.batch_size)
+)
+_UPD_ARM = (
+    arms.update()
+    .where(arms.c.job_id == _B("k_job"), arms.c.batch_size == _B("bs"))
+    .values(
+        param_mean=_B("b_mean"),
+        param_precision=_B("b_prec"),
+        reward_precision=_B("b_rprec"),
+        num_observations=_B("b_n"),
+    )
+)
+_SEL_EXPLORATIONS = (
+    sa.select(
+        trials.c.batch_size,
+        trials.c.status,
+        trials.c.converged,
+        trials.c.time,
+        trials.c.energy,
+    )
+    .where(
+        trials.c.job_id == _B("k_job"),
+        trials.c.type == TRIAL_EXPLORATION,
+        trials.c.status != STATUS_FAILED,
+    )
+    .order_by(trials.c.trial_number)
+)
+_HISTORY = (
+    sa.select(trials.c.time, trials.c.energy)
+    .where(
+        trials.c.job_id == _B("k_job"),
+        trials.c.batch_size == _B("bs"),
+        trials.c.status == STATUS_SUCCEEDED,
+    )
+    .order_by(trials.c.trial_number.desc())
+)
+_HISTORY_WINDOW = _HISTORY.limit(_B("window", type_=sa.Integer))
+
+
+# ---------------------------------------------------------------------------------------------
+# Transactions (each runs inside `Database.run`).
+
+
+def _insert_job(conn: sa.Connection, values: dict[str, Any]) -> None:
+    conn.execute(jobs.insert().values(**values))
+
+
+def _read_job_config(conn: sa.Connection, job_id: str) -> CreatedJob | None:
+    row = conn.execute(_SEL_JOB, {"k_job": job_id}).first()
+    return None if row is None else _job_config(row)
+
+
+def _delete_job(conn: sa.Connection, job_id: str) -> None:
+    conn.execute(trials.delete().where(trials.c.job_id == job_id))
+    conn.execute(arms.delete().where(arms.c.job_id == job_id))
+    if conn.execute(jobs.delete().where(jobs.c.job_id == job_id)).rowcount == 0:
+        raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.")
+
+
+def _lock_job(conn: sa.Connection, job_id: str) -> Any:
+    row = conn.execute(_SEL_JOB_LOCKED, {"k_job": job_id}).first()
+    if row is None:
+        raise ZeusBSOValueError(
+            f"Unknown job({job_id}) in field job_id. Please register the job first."
+        )
+    return row
+
+
+def _predict(conn: sa.Connection, job_id: str) -> TrialId:
+    job = _lock_job(conn, job_id)
+    updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
+    if job.stage == STAGE_MAB:
+        bs = _mab_predict(job, _load_arms(conn, job_id), updates)
+        kind = TRIAL_MAB
+    else:
+        step = logic.next_exploration(
+            json.loads(job.batch_sizes),
+            job.default_batch_size,
+            job.num_pruning_rounds,
+            _load_explorations(conn, job),
+        )
+        if isinstance(step, logic.ExploreNext):
+            bs, kind = step.batch_size, TRIAL_EXPLORATION
+        elif isinstance(step, logic.WaitForExploration):
+            bs, kind = job.min_cost_batch_size, TRIAL_CONCURRENT
+        else:
+            arm_states = _construct_mab(conn, job, step.batch_sizes)
+            updates["b_stage"] = STAGE_MAB
+            bs = _mab_predict(job, arm_states, updates)
+            kind = TRIAL_MAB
+    number = job.next_trial_number
+    conn.execute(_UPD_JOB_PREDICT, {"k_job": job_id, "b_next": number + 1, **updates})
+    conn.execute(
+        _INS_TRIAL,
+        {"b_job": job_id, "b_number": number, "b_bs": bs, "b_type": kind, "b_start": time.time()},
+    )
+    return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
+
+
+def _load_arms(conn: sa.Connection, job_id: str) -> list[logic.ArmState]:
+    return [logic.ArmState(*r) for r in conn.execute(_SEL_ARMS, {"k_job": job_id})]
+
+
+def _load_explorations(conn: sa.Connection, job: Any) -> dict[int, list[logic.Exploration]]:
+    out: dict[int, list[logic.Exploration]] = {}
+    for bs, status, converged, t, e in conn.execute(_SEL_EXPLORATIONS, {"k_job": job.job_id}):
+        if status == STATUS_DISPATCHED:
+            exp = logic.Exploration(True, False, 0.0)
+        else:
+            exp = logic.Exploration(
+                False, bool(converged), zeus_cost(e, t, job.eta_knob, job.max_power)
+            )
+        out.setdefault(bs, []).append(exp)
+    return out
+
+
+def _construct_mab(conn: sa.Connection, job: Any, good: list[int]) -> list[logic.ArmState]:
+    """Create one arm per surviving batch size, fitted on its explorations' rewards."""
+    rewards: dict[int, list[float]] = {bs: [] for bs in good}
+    for bs, _status, _converged, t, e in conn.execute(_SEL_EXPLORATIONS, {"k_job": job.job_id}):
+        if bs in rewards:
+            rewards[bs].append(-zeus_cost(e, t, job.eta_knob, job.max_power))
+    states = [
+        logic.fit_arm(bs, job.mab_prior_mean, job.mab_prior_precision, rewards[bs])
+        for bs in sorted(good)
+    ]
+    logic.logger.info("Construct MAB for %s with arms %s", job.job_id, sorted(good))
+    conn.execute(
+        arms.insert(),
+        [
+            {
+                "job_id": job.job_id,
+                "batch_size": s.batch_size,
+                "param_mean": s.param_mean,
+                "param_precision": s.param_precision,
+                "reward_precision": s.reward_precision,
+                "num_observations": s.num_observations,
+            }
+            for s in states
+        ],
+    )
+    return states
+
+
+def _mab_predict(job: Any, arm_states: list[logic.ArmState], updates: dict[str, Any]) -> int:
+    rng = logic.load_rng(job.rng_state)
+    bs = logic.thompson_predict(arm_states, job.mab_num_explorations, rng)
+    updates["b_rng"] = logic.dump_rng(rng)
+    return bs
+
+
+def _report(conn: sa.Connection, result: TrainingResult) -> ReportResponse:
+    job = _lock_job(conn, result.job_id)
+    key = {"k_job": result.job_id, "number": result.trial_number}
+    trial = conn.execute(_SEL_TRIAL, key).first()
+    if trial is None:
+        raise ZeusBSOValueError(
+            f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
+        )
+    batch_sizes = json.loads(job.batch_sizes)
+    if result.batch_size not in batch_sizes:
+        raise ZeusBSOValueError(
+            f"batch_size {result.batch_size} is not one of the job's batch_sizes {batch_sizes}."
+        )
+    if result.batch_size != trial.batch_size:
+        raise ZeusBSOValueError(
+            f"batch_size {result.batch_size} does not match trial "
+            f"{result.trial_number}'s batch size {trial.batch_size}."
+        )
+    if trial.status != STATUS_DISPATCHED:
+        return ReportResponse(
+            stop_train=True,
+            converged=bool(trial.converged),
+            message=f"Result for this trial({result.trial_number}) is already reported.",
+        )
+    cost = zeus_cost(result.energy, result.time, job.eta_knob, job.max_power)
+    decision = logic.decide_report(
+        batch_size=result.batch_size,
+        cost=cost,
+        metric=result.metric,
+        current_epoch=result.current_epoch,
+        target_metric=job.target_metric,
+        higher_is_better=job.higher_is_better_metric,
+        max_epochs=job.max_epochs,
+        beta_knob=job.beta_knob,
+        min_cost=job.min_cost,
+    )
+    progress = {**key, "b_epoch": result.current_epoch, "b_metric": result.metric}
+    if not decision.stop:
+        conn.execute(_UPD_TRIAL_PROGRESS, progress)
+        return ReportResponse(stop_train=False, converged=False, message=decision.message)
+    if job.stage == STAGE_MAB:
+        _refit_arm(conn, job, result)
+    conn.execute(
+        _UPD_TRIAL_FINISH,
+        {
+            **progress,
+            "b_end": time.time(),
+            "b_time": result.time,
+            "b_energy": result.energy,
+            "b_converged": decision.converged,
+        },
+    )
+    # Only converged trials move the best cost (the reference's bug is fixed here).
+    if decision.converged and (job.min_cost is None or cost < job.min_cost):
+        conn.execute(
+            _UPD_JOB_BEST, {"k_job": job.job_id, "b_cost": cost, "b_bs": result.batch_size}
+        )
+    return ReportResponse(stop_train=True, converged=decision.converged, message=decision.message)
+
+
+def _refit_arm(conn: sa.Connection, job: Any, result: TrainingResult) -> None:
+    """Refit the arm of the reported batch size on its most recent `window_size` results.
+
+    The window holds the `window_size - 1` latest finished trials of this batch size (any
+    type, converged or not) plus this one; `window_size <= 0` means all of them. A trial of a
+    batch size without an arm (pruned, but started before the bandit existed) changes no arm
+    (the UPDATE matches no row).
+    """
+    params: dict[str, Any] = {"k_job": job.job_id, "bs": result.batch_size}
+    if job.window_size > 0:
+        history = list(conn.execute(_HISTORY_WINDOW, {**params, "window": job.window_size - 1}))
+    else:
+        history = list(conn.execute(_HISTORY, params))
+    history.reverse()
+    rewards = [-zeus_cost(e, t, job.eta_knob, job.max_power) for t, e in history]
+    rewards.append(-zeus_cost(result.energy, result.time, job.eta_knob, job.max_power))
+    s = logic.fit_arm(result.batch_size, job.mab_prior_mean, job.mab_prior_precision, rewards)
+    conn.execute(
+        _UPD_ARM,
+        {
+            **params,
+            "b_mean": s.param_mean,
+            "b_prec": s.param_precision,
+            "b_rprec": s.reward_precision,
+            "b_n": s.num_observations,
+        },
+    )
+
+
+def _end_trial(conn: sa.Connection, trial: TrialId) -> None:
+    key = {"k_job": trial.job_id, "number": trial.trial_number}
+    found = None
+    if conn.execute(_SEL_JOB_LOCKED, {"k_job": trial.job_id}).first() is not None:
+        found = conn.execute(_SEL_TRIAL, key).first()
+    if found is None:
+        raise ZeusBSONotFoundError(
+            f"Could not find trial_number {trial.trial_number} of job {trial.job_id}."
+        )
+    if found.batch_size != trial.batch_size:
+        raise ZeusBSOValueError(
+            f"batch_size {trial.batch_size} does not match trial "
+            f"{trial.trial_number}'s batch size {found.batch_size}."
+        )
+    if found.status == STATUS_DISPATCHED:
+        conn.execute(_UPD_TRIAL_FAIL, {**key, "b_end": time.time()})

@@ -38,14 +38,13 @@ def _run_offline() -> None:
 
 async def _run_with_own_engine() -> None:
     from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
-    from zeus.optimizer.batch_size.server.db import create_engine, migrate
+    from zeus.optimizer.batch_size.server.db import Database
 
-    url = config.get_main_option("sqlalchemy.url") or ZeusBsoSettings().database_url
-    engine = create_engine(url)
+    db = Database(config.get_main_option("sqlalchemy.url") or ZeusBsoSettings().database_url)
     try:
-        await migrate(engine)
+        await db.migrate()
     finally:
-        await engine.dispose()
+        await db.dispose()
 
 
 if context.is_offline_mode():
