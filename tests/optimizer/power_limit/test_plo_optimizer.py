@@ -349,3 +349,21 @@ def test_new_optimizer_restores_a_killed_runs_journal(
     plo.close()
     assert gpus.get_power_management_limit(0) == 250_000
     assert _core.journal_entries(journal_dir) == []
+
+
+def test_unwritable_journal_warns_and_still_restores(
+    sim_gpus,
+    tmp_path,
+    monkeypatch,
+    caplog,  # noqa: ANN001
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("ZEUS_STATE_DIR", str(blocker / "state"))
+    gpus = sim_gpus("A40")
+    gpus.set_power_management_limit(0, 200_000)
+    plo = GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
+    assert gpus.get_power_management_limit(0) == 300_000
+    assert "Cannot journal" in caplog.text
+    plo.close()
+    assert gpus.get_power_management_limit(0) == 200_000

@@ -42,8 +42,12 @@ def curve(dataset: str, network: str, batch_size: str) -> list[tuple[float, floa
 
 
 def expected(points: list[tuple[float, float, float]], selector: str, world: int) -> int:
-    """The selector applied to the curve, highest limit first, in plain Python."""
-    prof = [(int(p), t * a * world, t) for p, t, a in sorted(points, reverse=True)]
+    """The selector applied to the curve, highest limit first, in plain Python.
+
+    A GPU never draws more than its power limit, so the simulator caps the curve's average
+    power there (the trace has a few points slightly above their limit).
+    """
+    prof = [(int(p), t * min(a, p) * world, t) for p, t, a in sorted(points, reverse=True)]
     if selector.startswith("zeus"):
         eta = float(selector.split(":")[1])
         max_power = prof[0][0] * world
@@ -117,3 +121,32 @@ def test_chooses_the_curves_optimum(
         assert m.time == pytest.approx(8 * WORK_PER_STEP * by_pl[m.power_limit], rel=1e-4)
     if pattern != "never":
         assert epoch > 1
+
+
+def test_with_the_real_zeus_monitor(sim_gpus: Callable[..., object]) -> None:
+    """Same end-to-end check through `zeus.monitor.ZeusMonitor` (energy counters in Rust)."""
+    from zeus.monitor import ZeusMonitor
+
+    points = curve("imagenet", "resnet50", "256")
+    sim_gpus("A40")
+    zeus.sim.set_workload(0, points)
+    plo = GlobalPowerLimitOptimizer(
+        ZeusMonitor(gpu_indices=[0]), ZeusCost(0.5), wait_steps=1, warmup_steps=3, profile_steps=8
+    )
+    for epoch in range(100):
+        plo.on_epoch_begin()
+        for _ in range(5 + 4 * (epoch % 5)):
+            plo.on_step_begin()
+            zeus.sim.run(WORK_PER_STEP)
+            plo.on_step_end()
+        plo.on_epoch_end()
+        if isinstance(plo.state, Done):
+            break
+    assert isinstance(plo.state, Done)
+    assert plo.state.optimal_power_limit == expected(points, "zeus:0.5", 1) * 1000
+    by_pl = {int(p): (t, a) for p, t, a in points}
+    for m in plo.measurements:
+        t, a = by_pl[m.power_limit]
+        assert m.time == pytest.approx(8 * WORK_PER_STEP * t, rel=1e-4)
+        watts = min(a, m.power_limit)  # capped at the limit, as in `expected`
+        assert m.energy == pytest.approx(8 * WORK_PER_STEP * t * watts, rel=1e-3)

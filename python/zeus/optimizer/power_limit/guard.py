@@ -108,7 +108,19 @@ class PowerLimitGuard:
         originals = []
         for i, uuid in zip(self.gpu_indices, self.uuids):
             now = self.gpus.get_power_management_limit(i)
-            entry = _core.journal_record(uuid, now, self.journal_dir)
+            try:
+                entry = _core.journal_record(uuid, now, self.journal_dir)
+            except OSError as e:
+                # A read-only home must not stop training: exit and signal restores still work.
+                logger.warning(
+                    "Cannot journal GPU %d's original power limit in %s (%s); it will not be "
+                    "restored if this process is killed with SIGKILL. Set ZEUS_STATE_DIR to a "
+                    "writable directory to fix this.",
+                    i,
+                    self.journal_dir,
+                    e,
+                )
+                entry = {"pid": os.getpid(), "power_limit_mw": now}
             if entry["pid"] != os.getpid() and _core.process_alive(entry["pid"]):
                 logger.warning(
                     "GPU %d (%s) was already changed by running process %d; its original "
@@ -141,17 +153,27 @@ class PowerLimitGuard:
         originals = self.original_mw
         if originals is None:
             return
+        errors: list[Exception] = []
         for i, uuid, mw in zip(self.gpu_indices, self.uuids, originals):
-            self.gpus.set_power_management_limit(i, mw)
-            _core.journal_clear(uuid, self.journal_dir)
-        logger.info(
-            "Restored the original power limits %s mW of GPUs %s.", originals, self.gpu_indices
-        )
+            try:
+                self.gpus.set_power_management_limit(i, mw)
+            except Exception as e:  # noqa: BLE001  (try every GPU; the entry stays journaled)
+                errors.append(e)
+                continue
+            try:
+                _core.journal_clear(uuid, self.journal_dir)
+            except OSError as e:
+                logger.warning("Cannot clear the journal entry of GPU %d: %s", i, e)
         self.original_mw = None
         self.current_mw = None
         with _lock:
             if self in _active:
                 _active.remove(self)
+        if errors:
+            raise errors[0]
+        logger.info(
+            "Restored the original power limits %s mW of GPUs %s.", originals, self.gpu_indices
+        )
 
 
 def restore_stale(

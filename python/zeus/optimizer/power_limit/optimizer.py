@@ -168,7 +168,10 @@ class GlobalPowerLimitOptimizer(Callback):
 
         self.gpus = get_gpus()
         # Put back what a killed earlier run left behind, before reading "original" limits.
-        restore_stale(self.gpus)
+        try:
+            restore_stale(self.gpus)
+        except OSError as e:
+            logger.warning("Cannot read the power limit journal: %s", e)
 
         ranges = {
             i: tuple(self.gpus.get_power_management_limit_constraints(i)) for i in self.gpu_indices
