@@ -91,6 +91,7 @@ def test_state_walk_with_zero_warmup(sim_gpus, set_calls) -> None:  # noqa: ANN0
     assert plo.state == Profiling(current_power_limit=300_000, steps=3)
     run_steps(plo, 3)
     assert plo.state == Profiling(current_power_limit=200_000, steps=3)
+    assert plo.current_power_limit == 200_000
     run_steps(plo, 6)
     assert isinstance(plo.state, Done)
     assert [m.power_limit for m in plo.measurements] == [300, 200, 100]
@@ -367,3 +368,27 @@ def test_unwritable_journal_warns_and_still_restores(
     assert "Cannot journal" in caplog.text
     plo.close()
     assert gpus.get_power_management_limit(0) == 200_000
+
+
+def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
+    proc = spawn(READY + "time.sleep(60)", journal_dir)
+    wait_ready(proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert len(_core.journal_entries(journal_dir)) == 1
+    cli = subprocess.run(
+        [sys.executable, "-m", "zeus.device", "restore"],
+        capture_output=True,
+        text=True,
+        env=child_env(journal_dir),
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "GPU 0" in cli.stdout and "restored power limit 250000 mW" in cli.stdout
+    assert _core.journal_entries(journal_dir) == []
+    again = subprocess.run(
+        [sys.executable, "-m", "zeus.device", "restore"],
+        capture_output=True,
+        text=True,
+        env=child_env(journal_dir),
+    )
+    assert "Nothing to restore" in again.stdout

@@ -247,6 +247,11 @@ class GlobalPowerLimitOptimizer(Callback):
         else:
             self._finish_profiling(state.current_power_limit)
 
+    @property
+    def current_power_limit(self) -> int:
+        """The power limit this optimizer last set, mW (0 before the first or after restore)."""
+        return self.guard.current_mw or 0
+
     # Context manager and cleanup.
 
     def close(self) -> None:
