@@ -392,3 +392,15 @@ def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
         env=child_env(journal_dir),
     )
     assert "Nothing to restore" in again.stdout
+
+
+def test_selector_returning_a_non_integer_is_a_type_error(sim_gpus, tmp_path) -> None:  # noqa: ANN001
+    class Bad(OptimumSelector):
+        def select(self, measurements: list[PowerLimitMeasurement]) -> int:
+            return 250.5  # type: ignore[return-value]
+
+    path = tmp_path / "p.json"
+    path.write_text('{"measurements": [{"power_limit": 300, "energy": 1.0, "time": 1.0}]}')
+    gpus = sim_gpus("A40")
+    with pytest.raises(TypeError, match="250.5"):
+        GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]), Bad(), profile_path=path)

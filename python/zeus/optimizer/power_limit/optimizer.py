@@ -34,6 +34,7 @@ the hooks at the same steps (which data-parallel training does).
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from typing import Any, Union
 
 from zeus.callback import Callback
 from zeus.device import get_gpus
-from zeus.device.exception import ZeusGPUNoPermissionError
+from zeus.device.exception import ZeusGPUNoPermissionError, ZeusGPUNotSupportedError
 from zeus.optimizer.power_limit.guard import PowerLimitGuard, restore_stale
 from zeus.optimizer.power_limit.models import (
     Done,
@@ -185,6 +186,8 @@ class GlobalPowerLimitOptimizer(Callback):
         try:
             for i in self.gpu_indices:
                 self.gpus.set_persistence_mode(i, True)
+        except ZeusGPUNotSupportedError as e:
+            logger.warning("Cannot enable persistence mode (%s); continuing without it.", e)
         except ZeusGPUNoPermissionError as e:
             raise RuntimeError(
                 "SYS_ADMIN capability is required to modify GPU power limits. Using "
@@ -306,9 +309,16 @@ class GlobalPowerLimitOptimizer(Callback):
             self._start(self.power_limits[index + 1])
 
     def _enter_done(self) -> None:
-        optimal_w = self.optimum_selector.select(self.measurements)
-        if isinstance(optimal_w, bool) or not isinstance(optimal_w, int):
-            raise TypeError(f"{self.optimum_selector!r}.select returned {optimal_w!r}, not watts")
+        chosen = self.optimum_selector.select(self.measurements)
+        try:
+            # Any integer type (e.g. numpy's) is fine; floats and bools are not watts here.
+            if isinstance(chosen, bool):
+                raise TypeError
+            optimal_w = operator.index(chosen)
+        except TypeError:
+            raise TypeError(
+                f"{self.optimum_selector!r}.select returned {chosen!r}, not an integer of watts"
+            ) from None
         self.state = Done(optimal_power_limit=optimal_w * 1000)
         logger.info("[GlobalPowerLimitOptimizer] Optimal power limit is %d W.", optimal_w)
         self._set_power_limit(optimal_w * 1000)
