@@ -20,9 +20,12 @@ An epoch end in `Warmup` or `Profiling` (the window is cancelled) goes to `Ready
 sets the maximum limit.
 
 Deliberate differences from zeus 0.8: scanned limits never go below the device minimum;
-`warmup_steps=0` works; the power limit in force before the optimizer started (not the maximum)
-is restored at exit, on SIGINT/SIGTERM and, through an on-disk journal, after SIGKILL (see
-`zeus.optimizer.power_limit.guard`).
+`warmup_steps=0` works (measuring starts on the step that sets the limit); only the monitor's
+GPUs must share a power-limit range (zeus 0.8 required every visible GPU to be the same model);
+the power limit in force before the optimizer started (not the maximum) is restored at exit, on
+SIGINT/SIGTERM and, through an on-disk journal, after SIGKILL (see
+`zeus.optimizer.power_limit.guard` and `python -m zeus.device restore`); once `Done`,
+`on_step_begin` is rebound to a no-op, so a step costs one empty call.
 
 Data parallelism with `torch.distributed`: each rank creates its own optimizer with a monitor of
 its own GPUs (usually `ZeusMonitor(gpu_indices=[local_rank])`). When the default process group
