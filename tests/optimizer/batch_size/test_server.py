@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-from bso_helpers import Database, ServerProcess, job_spec
+from bso_helpers import BACKENDS, Database, ServerProcess, job_spec
 
 MAX_POWER = 3000
 
@@ -415,3 +415,31 @@ def test_pruning_with_no_survivor_is_a_conflict(http: httpx.Client) -> None:
         report(http, r.json(), 10000, metric=0.0, epoch=1)
     assert r.status_code == 409
     assert "No batch size converged" in r.json()["message"]
+
+
+# -- authentication --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database", BACKENDS, indirect=True)
+def test_bearer_token_required_when_configured(database: Database) -> None:
+    if database.backend == "postgres":
+        database.migrate()
+    srv = ServerProcess(database.url, env={"ZEUS_BSO_TOKEN": "t0ken"}).start()
+    try:
+        with httpx.Client(base_url=srv.base_url, timeout=30) as http:
+            spec = job_spec()
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "t0ken"}):
+                for method, url, kwargs in (
+                    ("POST", "/jobs", {"json": spec}),
+                    ("GET", "/jobs/batch_size", {"params": {"job_id": spec["job_id"]}}),
+                    ("DELETE", "/jobs", {"params": {"job_id": spec["job_id"]}}),
+                ):
+                    r = http.request(method, url, headers=headers, **kwargs)
+                    assert r.status_code == 401, (method, url, headers)
+            assert database.query("SELECT count(*) FROM bso_job") == [(0,)]
+            ok = {"Authorization": "Bearer t0ken"}
+            assert http.post("/jobs", json=spec, headers=ok).status_code == 201
+            r = http.get("/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=ok)
+            assert r.status_code == 200
+    finally:
+        srv.stop()

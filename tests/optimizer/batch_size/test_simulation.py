@@ -43,6 +43,7 @@ def test_trace_facts(trace: Trace) -> None:
     assert expected_best_batch_size(trace) == 48
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("database", BACKENDS, indirect=True)
 def test_converges_and_survives_sigkill(
     trace: Trace, database: Database, tmp_path: Path, sim_gpus: object
