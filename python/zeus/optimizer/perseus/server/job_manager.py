@@ -295,3 +295,25 @@ class JobManager:
         job.schedules.pop(n - 1, None)
         job.requests.pop(n - 1, None)
         self._maybe_schedule(job)
+
+
+_global_job_manager: Optional[JobManager] = None
+
+
+def init_global_job_manager(settings: PerseusSettings) -> JobManager:
+    """Create the process-wide job manager (the reference's module-level API)."""
+    global _global_job_manager
+    _global_job_manager = JobManager(settings)
+    return _global_job_manager
+
+
+def get_global_job_manager() -> JobManager:
+    """The process-wide job manager.
+
+    Raises:
+        RuntimeError: `init_global_job_manager` was not called.
+
+    """
+    if _global_job_manager is None:
+        raise RuntimeError("init_global_job_manager was not called")
+    return _global_job_manager

@@ -27,7 +27,11 @@ from zeus.optimizer.perseus.common import (
     ProfilingResult,
     RankInfo,
 )
-from zeus.optimizer.perseus.server.job_manager import JobManager, PerseusError
+from zeus.optimizer.perseus.server.job_manager import (
+    JobManager,
+    PerseusError,
+    init_global_job_manager,
+)
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
@@ -40,7 +44,7 @@ def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         s = settings if settings is not None else PerseusSettings()
         logger.setLevel(getattr(logging, s.log_level, logging.INFO))
-        manager = JobManager(s)
+        manager = init_global_job_manager(s)
         manager.start()
         app.state.job_manager = manager
         try:
