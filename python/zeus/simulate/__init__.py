@@ -92,7 +92,7 @@ class Simulator:
         summary_power: Path to `summary_power_<gpu>.csv`, or a DataFrame of it.
         batch_size_optimizer: The batch-size policy.
         power_limit_optimizer: The power-limit policy.
-        seed: Seed of the training-path sampler (and of the built-in bandit on the fast path).
+        seed: Seed of the training-path sampler (the batch-size optimizer has its own).
         verbose: Let Python policies print (the Rust fast path is silent).
 
     """
@@ -181,6 +181,7 @@ class Simulator:
                 float(b.prior_mean),
                 float(b.prior_precision),
                 int(b.window_size),
+                int(b.seed),
             )
         # Keep the user's objects untouched, as the reference does.
         bso = copy.deepcopy(self.bso)

@@ -48,17 +48,17 @@ pub(crate) struct PySimTable {
 }
 
 /// Either a path or in-memory CSV text.
-fn load<T: Send>(
+fn load<T: Send + Sync>(
     py: Python<'_>,
     path: Option<String>,
     text: Option<String>,
     name: &str,
-    from_path: fn(&Path) -> sim::SimResult<T>,
-    from_text: fn(&str, &str) -> sim::SimResult<T>,
-) -> PyResult<T> {
+    from_path: fn(&Path) -> sim::SimResult<std::sync::Arc<Vec<T>>>,
+    from_text: fn(&str, &str) -> sim::SimResult<Vec<T>>,
+) -> PyResult<std::sync::Arc<Vec<T>>> {
     match (path, text) {
         (Some(p), None) => py.detach(|| from_path(Path::new(&p))).map_err(to_py),
-        (None, Some(t)) => from_text(name, &t).map_err(to_py),
+        (None, Some(t)) => from_text(name, &t).map(std::sync::Arc::new).map_err(to_py),
         _ => Err(PyValueError::new_err(format!(
             "give exactly one of a path or CSV text for {name}"
         ))),
@@ -164,7 +164,7 @@ impl PySimTable {
             train_path,
             train_text,
             "summary_train",
-            trace::read_train,
+            sim::read_train_cached,
             trace::parse_train,
         )?;
         let power = load(
@@ -172,7 +172,7 @@ impl PySimTable {
             power_path,
             power_text,
             "summary_power",
-            trace::read_power,
+            sim::read_power_cached,
             trace::parse_power,
         )?;
         let job = JobSpec {
@@ -267,7 +267,11 @@ impl PySimTable {
     }
 
     /// Run the built-in Zeus policy; returns history rows.
-    #[pyo3(signature = (seed, eta, beta, recurrences, prior_mean=0.0, prior_precision=0.0, window_size=0))]
+    ///
+    /// `seed` drives the path sampler; the bandit uses `bandit_seed` (default: `seed`), as the
+    /// reference seeds its simulator and its batch-size optimizer separately.
+    #[pyo3(signature = (seed, eta, beta, recurrences, prior_mean=0.0, prior_precision=0.0,
+                        window_size=0, bandit_seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn simulate_zeus(
         &self,
@@ -279,6 +283,7 @@ impl PySimTable {
         prior_mean: f64,
         prior_precision: f64,
         window_size: usize,
+        bandit_seed: Option<u64>,
     ) -> PyResult<Vec<Row>> {
         let knobs = Knobs {
             eta,
@@ -294,7 +299,7 @@ impl PySimTable {
                 prior_mean,
                 prior_precision,
                 window_size,
-                seed,
+                bandit_seed.unwrap_or(seed),
             )?;
             let mut plo = sim::JitPowerLimit::default();
             t.simulate(&mut bso, &mut plo, knobs)

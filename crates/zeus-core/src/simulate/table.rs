@@ -102,13 +102,6 @@ pub struct JobTable {
     pub max_power: f64,
 }
 
-fn same(a: &TrainRow, p: &PowerRow) -> bool {
-    a.dataset == p.dataset
-        && a.network == p.network
-        && a.optimizer == p.optimizer
-        && a.batch_size == p.batch_size
-}
-
 impl JobTable {
     /// Join the traces for `job` the way the reference does (inner join on dataset, network,
     /// batch size and optimizer).
@@ -148,10 +141,12 @@ impl JobTable {
                 p.dataset == job.dataset && p.network == job.network && p.optimizer == job.optimizer
             })
             .collect();
+        let power_bss: std::collections::HashSet<u32> =
+            mine_p.iter().map(|p| p.batch_size).collect();
         let mut bss: Vec<u32> = mine_t
             .iter()
-            .filter(|t| mine_p.iter().any(|p| same(t, p)))
             .map(|t| t.batch_size)
+            .filter(|bs| power_bss.contains(bs))
             .collect();
         bss.sort_unstable();
         bss.dedup();
