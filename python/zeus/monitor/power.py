@@ -5,10 +5,18 @@ Unlike the reference, sampling runs on a thread (no subprocess, no temporary CSV
 default period is really half the driver's power update period (the reference's inference always
 returned 0, i.e. busy polling), and the timeline keeps at most `max_samples` samples.
 
+Timestamps are the GPU backend's clock (`zeus.device.get_gpus().now()`, which is `time.time()`
+except on the simulator's virtual clock, where sampling is manual: advance the clock, then call
+`sample_now()`).
+
 Example:
+    >>> from zeus.device import get_gpus
     >>> from zeus.monitor import PowerMonitor
-    >>> with PowerMonitor(gpu_indices=[0]) as pm:
-    ...     start = pm.gpus_now()  # doctest: +SKIP
+    >>> gpus = get_gpus()  # doctest: +SKIP
+    >>> with PowerMonitor(gpu_indices=[0]) as pm:  # doctest: +SKIP
+    ...     start = gpus.now()
+    ...     train_one_epoch()
+    ...     joules = pm.get_energy(start, gpus.now())  # {0: J}
 
 """
 

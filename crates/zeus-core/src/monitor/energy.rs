@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -15,6 +16,29 @@ use super::counter::{counter_delta_joules, py_float};
 use super::error::{MonitorError, MonitorResult};
 use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
 use crate::device::{GpuResult, Gpus};
+
+/// FNV-1a: window names are short strings chosen by the program itself, so a keyed hash
+/// (SipHash, the default) buys nothing here and costs a noticeable share of a window pair.
+#[derive(Default)]
+struct Fnv1a(u64);
+
+impl Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
 
 /// Closed-window buffers kept for reuse.
 const SPARE_BUFFERS: usize = 64;
@@ -75,7 +99,7 @@ pub struct EnergyMonitor {
     has_counter: Vec<bool>,
     /// Per monitored GPU: the counter refresh period (s), for the short-window warning.
     counter_period: Vec<f64>,
-    windows: HashMap<String, OpenWindow>,
+    windows: HashMap<String, OpenWindow, BuildHasherDefault<Fnv1a>>,
     /// Timeline for the GPUs without a counter, owned by this monitor.
     own_power: Option<Arc<PowerMonitor>>,
     /// A caller's timeline to cross-check counter energies against.
@@ -159,7 +183,7 @@ impl EnergyMonitor {
             indices,
             has_counter,
             counter_period,
-            windows: HashMap::new(),
+            windows: HashMap::default(),
             own_power,
             check_power,
             warned_short: HashSet::new(),

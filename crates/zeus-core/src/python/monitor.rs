@@ -476,7 +476,10 @@ impl PyZeusMonitor {
         if sync_cuda {
             sync_all(py, st)?;
         }
-        py.detach(|| lock(&st.core).begin_window(&key)).py_err(py)
+        // The GIL is kept: the reads take a microsecond or so, and releasing and retaking it
+        // would cost a good share of that (the mutex is never awaited without the GIL held,
+        // so this cannot deadlock).
+        lock(&st.core).begin_window(&key).py_err(py)
     }
 
     /// Close measurement window `key` and return its `Measurement` (see
@@ -493,7 +496,7 @@ impl PyZeusMonitor {
         // Instantaneous power is read before the sync, as the reference does: the sync waits
         // for the kernels whose power we want to see.
         let instant = if st.approx && !cancel {
-            let r = py.detach(|| -> crate::device::GpuResult<InstantPower> {
+            let r = (|| -> crate::device::GpuResult<InstantPower> {
                 let t0 = st.gpus.now();
                 let mut watts = Vec::with_capacity(st.indices.len());
                 for &i in &st.indices {
@@ -503,7 +506,7 @@ impl PyZeusMonitor {
                     watts,
                     read_time: st.gpus.now() - t0,
                 })
-            });
+            })();
             Some(r.map_err(|e| gpu_error(py, e))?)
         } else {
             None
@@ -511,8 +514,8 @@ impl PyZeusMonitor {
         if sync_cuda {
             sync_all(py, st)?;
         }
-        let out = py
-            .detach(|| lock(&st.core).end_window(&key, cancel, instant.as_ref()))
+        let out = lock(&st.core)
+            .end_window(&key, cancel, instant.as_ref())
             .py_err(py)?;
         if !out.warnings.is_empty() {
             warn(py, &out.warnings)?;
