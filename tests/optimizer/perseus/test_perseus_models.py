@@ -141,3 +141,20 @@ def test_all_max_frequency_follows_1f1b():
     assert {f for p in plans for _, f in p.frequencies} == {1740}
     with pytest.raises(ValueError, match="num_microbatches"):
         AllMaxFrequency(_job(3), _ranks(3), settings, num_microbatches=0)
+
+
+def test_3d_variants_validate_args_and_plan_every_rank():
+    from zeus.optimizer.perseus.server.scheduler import AllMaxFrequency3D
+
+    with pytest.raises(ValueError, match="Invalid scheduler args"):
+        PerseusSettings(scheduler="EnergyOptimal3D", scheduler_args={"bogus": 1})
+    settings = PerseusSettings(
+        scheduler="AllMaxFrequency3D", scheduler_args={"num_microbatches": 2}
+    )
+    s = AllMaxFrequency3D(_job(2, 2), _ranks(2, 2), settings, num_microbatches=2)
+    plans = s.next_schedule()
+    assert [p.rank for p in plans] == [0, 1, 2, 3]
+    # Ranks 0 and 2 are stage 0 (forward, forward, backward, backward).
+    assert plans[0].frequencies == plans[2].frequencies
+    assert [n for n, _ in plans[0].frequencies] == ["forward", "forward", "backward", "backward"]
+    assert [n for n, _ in plans[1].frequencies] == ["forward", "backward"] * 2

@@ -16,6 +16,7 @@ Schedulers:
 
 from __future__ import annotations
 
+import inspect
 import json
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -36,9 +37,12 @@ from zeus.util.logging import get_logger
 
 __all__ = [
     "AllMaxFrequency",
+    "AllMaxFrequency3D",
     "EnergyOptimal",
+    "EnergyOptimal3D",
     "FrequencyScheduler",
     "InstructionProfiler",
+    "InstructionProfiler3D",
     "PointSolution",
     "PointSolution3D",
     "make_3d_parallel",
@@ -189,6 +193,8 @@ def make_3d_parallel(
 
     Wrapper.__name__ = name or f"{sched_cls.__name__}3D"
     Wrapper.__qualname__ = Wrapper.__name__
+    # So that PerseusSettings checks PERSEUS_SCHEDULER_ARGS against the real parameters.
+    Wrapper.__signature__ = inspect.signature(sched_cls)  # type: ignore[attr-defined]
     return Wrapper
 
 
@@ -531,3 +537,8 @@ class EnergyOptimal(InstructionProfiler):
             FrequencySchedule(rank=info.rank, frequencies=self.plan.frequencies[info.pp_rank])
             for info in self.rank_infos
         ]
+
+
+AllMaxFrequency3D = make_3d_parallel(AllMaxFrequency)
+InstructionProfiler3D = make_3d_parallel(InstructionProfiler)
+EnergyOptimal3D = make_3d_parallel(EnergyOptimal)
