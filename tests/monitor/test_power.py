@@ -128,3 +128,15 @@ def test_update_period_detected_by_sampling_through_nvml(monkeypatch):
         assert pm.running
     finally:
         pm.stop()
+
+
+def test_infer_counter_update_period_function(sim_gpus):
+    from zeus.monitor.power import infer_counter_update_period
+
+    sim_gpus("P100,A40")
+    gpus = zeus.device.get_gpus()
+    assert infer_counter_update_period([1]) == pytest.approx(
+        min(gpus.get_power_update_period(1) / 2, 0.1)
+    )
+    with pytest.raises(ValueError, match="GPU index 4"):
+        infer_counter_update_period([4])

@@ -25,5 +25,6 @@ from __future__ import annotations
 from zeus import _core
 
 PowerMonitor = _core.PowerMonitor
+infer_counter_update_period = _core.infer_counter_update_period
 
-__all__ = ["PowerMonitor"]
+__all__ = ["PowerMonitor", "infer_counter_update_period"]

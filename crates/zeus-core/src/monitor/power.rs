@@ -315,7 +315,7 @@ impl Drop for PowerMonitor {
 }
 
 /// Check visible indices: non-empty, in range, no repeats.
-pub(crate) fn check_indices(gpus: &Gpus, indices: &[usize]) -> MonitorResult<()> {
+pub fn check_indices(gpus: &Gpus, indices: &[usize]) -> MonitorResult<()> {
     if indices.is_empty() {
         return Err(MonitorError::InvalidArg(
             "gpu_indices must not be empty".into(),

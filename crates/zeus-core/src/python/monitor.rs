@@ -552,7 +552,25 @@ impl PyZeusMonitor {
     }
 }
 
+/// The sampling period `PowerMonitor` picks for `gpu_indices`: half the shortest power update
+/// period among their models (the backend's figure, or detected by watching the reading
+/// change), at most 0.1 s. Fixes the reference, whose inference always returned 0.
+#[pyfunction]
+#[pyo3(signature = (gpu_indices))]
+fn infer_counter_update_period(py: Python<'_>, gpu_indices: Vec<usize>) -> PyResult<f64> {
+    let gpus = core_gpus(&default_gpus(py)?)?;
+    py.detach(|| {
+        crate::monitor::power::check_indices(&gpus, &gpu_indices)?;
+        Ok(crate::monitor::infer_counter_update_period(
+            &gpus,
+            &gpu_indices,
+        )?)
+    })
+    .py_err(py)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(infer_counter_update_period, m)?)?;
     m.add_class::<PyMeasurement>()?;
     m.add_class::<PyPowerMonitor>()?;
     m.add_class::<PyZeusMonitor>()?;
