@@ -2,8 +2,9 @@
 
 Starts `python -m zeus.optimizer.batch_size.server` on a fresh database and runs the shared load
 generator (`bso_load.py BASE_URL CLIENTS CYCLES`, which speaks the reference REST API) at 1 and
-32 clients. Besides its output, prints the server's own CPU time per cycle, which separates
-server cost from the load generator's (a single Python process using httpx).
+32 clients. Besides its output, prints the CPU time per cycle of the server and of the load
+generator (one Python process using httpx, which on a small machine costs more CPU per cycle
+than the server and then bounds the throughput).
 
 Usage:
     python benchmarks/bso_bench.py [--load .../bso_load.py] [--backends sqlite,postgres]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -118,6 +120,7 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
             raise RuntimeError(f"server did not start; see {log.name}")
         for clients, cycles in ((1, args.cycles1), (32, args.cycles32)):
             before = children_cpu(server.pid)
+            gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             out = subprocess.run(
                 [sys.executable, str(args.load), base, str(clients), str(cycles)],
                 check=True,
@@ -125,8 +128,16 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
                 text=True,
             ).stdout.strip()
             used = children_cpu(server.pid) - before
-            ms = 1e3 * used / (clients * cycles)
-            print(f"[{backend}] {out} | server cpu {ms:.2f} ms/cycle", flush=True)
+            gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            gen = (gen_after.ru_utime - gen_before.ru_utime) + (
+                gen_after.ru_stime - gen_before.ru_stime
+            )
+            n = clients * cycles
+            print(
+                f"[{backend}] {out} | cpu per cycle: server {1e3 * used / n:.2f} ms, "
+                f"load generator {1e3 * gen / n:.2f} ms",
+                flush=True,
+            )
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -17,13 +17,15 @@ every request must carry `Authorization: Bearer <token>` or gets 401.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
 
 from zeus.optimizer.batch_size.common import (
     DELETE_JOB_URL,
@@ -47,6 +49,38 @@ from zeus.optimizer.batch_size.server.service import (
 )
 
 logger = logging.getLogger("zeus.optimizer.batch_size.server")
+
+
+async def _parse_body(request: Request, model: type[BaseModel]) -> Any:
+    """Parse and validate a JSON body by hand (the hot endpoints skip FastAPI's body solving).
+
+    The standard `json` module reads NaN and Infinity, so the model's finiteness checks, not
+    the parser, reject them and the error names the field.
+    """
+    try:
+        data = json.loads(await request.body())
+    except ValueError as e:
+        raise RequestValidationError(
+            [{"loc": ("body",), "msg": f"JSON decode error: {e}", "type": "json_invalid"}]
+        ) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestValidationError(
+            [
+                {"loc": ("body", *err["loc"]), "msg": err["msg"], "type": err["type"]}
+                for err in e.errors()
+            ]
+        ) from None
+
+
+def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _json(model: BaseModel) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def create_app(settings: Optional[ZeusBsoSettings] = None) -> FastAPI:
@@ -117,13 +151,18 @@ def create_app(settings: Optional[ZeusBsoSettings] = None) -> FastAPI:
     async def delete_job(job_id: str, request: Request) -> None:
         await service(request).delete(job_id)
 
+    # The two endpoints of every training epoch return ready-made responses (FastAPI then
+    # skips response validation); `report` also parses its body by hand.
     @app.get(GET_NEXT_BATCH_SIZE_URL, response_model=TrialId)
-    async def predict(job_id: str, request: Request) -> TrialId:
-        return await service(request).predict(job_id)
+    async def predict(job_id: str, request: Request) -> Response:
+        return _json(await service(request).predict(job_id))
 
-    @app.post(REPORT_RESULT_URL, response_model=ReportResponse)
-    async def report(result: TrainingResult, request: Request) -> ReportResponse:
-        return await service(request).report(result)
+    @app.post(
+        REPORT_RESULT_URL, response_model=ReportResponse, openapi_extra=_body_doc(TrainingResult)
+    )
+    async def report(request: Request) -> Response:
+        result = await _parse_body(request, TrainingResult)
+        return _json(await service(request).report(result))
 
     @app.patch(REPORT_END_URL)
     async def end_trial(trial: TrialId, request: Request) -> None:
