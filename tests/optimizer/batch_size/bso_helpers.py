@@ -38,7 +38,11 @@ class ServerProcess:
     """`python -m zeus.optimizer.batch_size.server` as a child process."""
 
     def __init__(
-        self, database_url: str, port: int | None = None, env: dict[str, str] | None = None
+        self,
+        database_url: str,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        cmd: list[str] | None = None,
     ) -> None:
         self.database_url = database_url
         self.port = port or free_port()
@@ -46,9 +50,10 @@ class ServerProcess:
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(f"/tmp/zeus-bso-test-server-{self.port}.log")
+        self.cmd = cmd
 
     def start(self) -> ServerProcess:
-        cmd = [
+        cmd = self.cmd or [
             sys.executable,
             "-m",
             "zeus.optimizer.batch_size.server",

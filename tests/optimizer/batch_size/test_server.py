@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import httpx
 import pytest
-from bso_helpers import BACKENDS, Database, ServerProcess, job_spec
+from bso_helpers import BACKENDS, Database, ServerProcess, free_port, job_spec
 
 MAX_POWER = 3000
 
@@ -441,5 +442,23 @@ def test_bearer_token_required_when_configured(database: Database) -> None:
             assert http.post("/jobs", json=spec, headers=ok).status_code == 201
             r = http.get("/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=ok)
             assert r.status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_reference_serve_command(database: Database) -> None:
+    """`uvicorn zeus.optimizer.batch_size.server.router:app`, configured by environment."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "zeus.optimizer.batch_size.server.router:app"]
+    srv = ServerProcess(
+        database.url,
+        port=port,
+        env={"ZEUS_BSO_DATABASE_URL": database.url},
+        cmd=[*cmd, "--host", "127.0.0.1", "--port", str(port)],
+    ).start()
+    try:
+        with httpx.Client(base_url=srv.base_url, timeout=30) as http:
+            job = register(http)
+            assert predict(http, job["job_id"])["batch_size"] == 1024
     finally:
         srv.stop()

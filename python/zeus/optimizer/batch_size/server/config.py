@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///zeus_bso.db"
@@ -35,6 +36,13 @@ class ZeusBsoSettings(BaseSettings):
     echo_sql: bool = False
     log_level: str = "INFO"
     pool_size: int = Field(default=10, gt=0)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, level: str) -> str:
+        # Like the reference: an unknown level name falls back to INFO rather than failing.
+        level = level.upper()
+        return level if isinstance(logging.getLevelName(level), int) else "INFO"
 
     @property
     def is_sqlite(self) -> bool:
