@@ -345,3 +345,19 @@ def test_any_interleaving_of_windows_matches_ground_truth(sim_gpus, ops):
                 for i in range(2):
                     assert m.energy[i] == pytest.approx(e1[i] - e0[i], abs=COUNTER_TOL)
     assert set(mon.measurement_states) == set(model)
+
+
+def test_pre_volta_on_the_real_clock_samples_in_the_background(sim_gpus):
+    import time
+
+    sim_gpus("P100", clock="real")
+    mon = ZeusMonitor()
+    assert mon.power_monitor.running
+    zeus.sim.set_busy(0)
+    e0 = zeus.sim.true_energy(0)
+    mon.begin_window("w", sync_cuda=False)
+    time.sleep(0.4)
+    m = mon.end_window("w", sync_cuda=False)
+    want = zeus.sim.true_energy(0) - e0
+    assert m.energy[0] == pytest.approx(want, rel=0.05)
+    assert mon.power_monitor.num_samples >= 10
