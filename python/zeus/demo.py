@@ -1,13 +1,15 @@
 """`python -m zeus.demo`: a tour of zeus on whatever GPUs `get_gpus()` opens.
 
 Run it on the simulated GPU with `ZEUS_GPU_BACKEND=sim` (add `ZEUS_SIM_GPUS=A40,V100` to pick
-models). It lists the GPUs, then loads them for a few seconds and prints power and energy
-readings taken through the same API a real job uses.
+models). It lists the GPUs; measures a few seconds of load with `ZeusMonitor` and
+`PowerMonitor`; then runs a short training loop under `GlobalPowerLimitOptimizer`, which profiles GPU 0's power limits,
+settles on the one with the lowest Zeus cost and reports the energy saved against the maximum.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -36,46 +38,138 @@ def _list_gpus(console: Console) -> int:
     return len(gpus)
 
 
-def _readings(console: Console, seconds: float) -> None:
+def _monitored_workload(console: Console, seconds: float, plot: str | None) -> None:
+    """Load the GPUs for `seconds` under a ZeusMonitor window and a PowerMonitor."""
+    import zeus.sim
+    from zeus.monitor import PowerMonitor, ZeusMonitor
+
     gpus = get_gpus()
     n = len(gpus)
+    monitor = ZeusMonitor()
+    console.print(f"[bold]A monitored workload: {seconds:.0f} s, busy and idle phases[/bold]")
+    with PowerMonitor(update_period=0.05) as power:
+        # The first window looks for a framework to sync CUDA with (importing PyTorch if it is
+        # installed takes a while), so start the clock after it opened.
+        monitor.begin_window("workload")
+        start = phase_start = gpus.now()
+        busy = True
+        while gpus.now() - start < seconds:
+            if gpus.backend == "sim":
+                for i in gpus.physical_indices:
+                    zeus.sim.set_busy(i, busy)
+            time.sleep(0.5)
+            watts = "  ".join(
+                f"GPU{i}: {gpus.get_average_power_usage(i) / 1000:6.1f} W" for i in range(n)
+            )
+            console.print(f"t={gpus.now() - start:4.1f}s  {'busy' if busy else 'idle'}  {watts}")
+            if gpus.now() - phase_start >= 1.0:
+                busy, phase_start = not busy, gpus.now()
+        m = monitor.end_window("workload")
+        end = gpus.now()
+        by_timeline = power.get_energy(start, end) or {}
+        times, series = power.timeline()
     if gpus.backend == "sim":
-        import zeus.sim
-
         for i in gpus.physical_indices:
-            zeus.sim.set_busy(i, True)
-    counters = [
-        gpus.get_total_energy_consumption(i)
-        if gpus.supports_get_total_energy_consumption(i)
-        else None
-        for i in range(n)
-    ]
-    start = gpus.now()
-    console.print(f"[bold]Power and energy over {seconds:.0f} s of load[/bold]")
-    while gpus.now() - start < seconds:
-        time.sleep(0.5)
-        cells = []
-        for i in range(n):
-            watts = gpus.get_average_power_usage(i) / 1000
-            base = counters[i]
-            if base is not None:
-                joules = (gpus.get_total_energy_consumption(i) - base) / 1000
-                cells.append(f"GPU{i}: {watts:6.1f} W, {joules:8.1f} J")
-            else:
-                cells.append(f"GPU{i}: {watts:6.1f} W, (no counter)")
-        console.print(f"t={gpus.now() - start:4.1f}s  " + "  ".join(cells))
+            zeus.sim.set_busy(i, False)
+    table = Table(title=f"ZeusMonitor window 'workload': {m.time:.2f} s")
+    for col in ("GPU", "energy (J)", "average power (W)", "PowerMonitor timeline (J)"):
+        table.add_column(col)
+    for i, joules in m.energy.items():
+        tl = by_timeline.get(i)
+        table.add_row(
+            str(i),
+            f"{joules:.1f}",
+            f"{joules / m.time:.1f}",
+            "-" if tl is None else f"{tl:.1f}",
+        )
+    console.print(table)
+    if plot:
+        _plot_power(console, plot, times, series)
+
+
+def _plot_power(console: Console, path: str, times: list[float], series: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        console.print("(matplotlib is not installed: no plot)")
+        return
+    fig, ax = plt.subplots(figsize=(8, 3))
+    t0 = times[0] if times else 0.0
+    for gpu, watts in series.items():
+        ax.plot([t - t0 for t in times], watts, label=f"GPU{gpu}")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("power (W)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    console.print(f"power timeline plotted to {path}")
+
+
+def _power_limit_optimizer(console: Console) -> None:
+    """Profile GPU 0's power limits on a short training loop and report the choice."""
+    import zeus.sim
+    from zeus.monitor import ZeusMonitor
+    from zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer
+
+    gpus = get_gpus()
+    console.print(
+        "[bold]GlobalPowerLimitOptimizer on GPU 0: scan the power limits, keep the cheapest[/bold]"
+    )
+    monitor = ZeusMonitor(gpu_indices=[0])
+    plo = GlobalPowerLimitOptimizer(monitor, warmup_steps=2, profile_steps=6, pl_step=25)
+    physical = gpus.physical_indices[0]
+    step_work = 0.02  # 20 ms of work per training step at the maximum power limit
+    with plo:
+        steps = 0
+        while not isinstance(plo.state, Done) and steps < 2000:
+            if steps % 50 == 0:
+                plo.on_epoch_begin()
+            plo.on_step_begin()
+            if gpus.backend == "sim":
+                zeus.sim.run(step_work, [physical])
+            else:  # On a real GPU this is where a training step would run.
+                time.sleep(step_work)
+            plo.on_step_end()
+            steps += 1
+            if steps % 50 == 0:
+                plo.on_epoch_end()
+        chosen = plo.current_power_limit
+    table = Table(title="profiled power limits (6 steps each)")
+    for col in ("power limit (W)", "energy (J)", "time (s)"):
+        table.add_column(col)
+    for meas in plo.measurements:
+        table.add_row(str(meas.power_limit), f"{meas.energy:.2f}", f"{meas.time:.3f}")
+    console.print(table)
+    by_pl = {meas.power_limit: meas for meas in plo.measurements}
+    top, best = by_pl[max(by_pl)], by_pl[chosen // 1000]
+    console.print(
+        f"chosen: {chosen // 1000} W (ZeusCost, eta=0.5): "
+        f"{1 - best.energy / top.energy:.1%} less energy than at {top.power_limit} W, "
+        f"{best.time / top.time - 1:+.1%} time per step; the original limit is restored on exit"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(prog="python -m zeus.demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of the power readout")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of the workload")
+    parser.add_argument("--plot", metavar="PNG", help="plot the power timeline (needs matplotlib)")
+    parser.add_argument(
+        "--skip-optimizer", action="store_true", help="do not run the power-limit optimizer"
+    )
     args = parser.parse_args(argv)
+    # The optimizer logs every step of its scan at INFO; the tables below say it more briefly.
+    os.environ.setdefault("ZEUS_LOG_LEVEL", "WARNING")
     console = Console()
     try:
         if _list_gpus(console) == 0:
             return 1
-        _readings(console, args.seconds)
+        _monitored_workload(console, args.seconds, args.plot)
+        if not args.skip_optimizer:
+            _power_limit_optimizer(console)
     except ZeusBaseGPUError as e:
         console.print(f"[red]{type(e).__name__}[/red]: {e}")
         return 1
