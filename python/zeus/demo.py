@@ -2,8 +2,9 @@
 
 Run it on the simulated GPU with `ZEUS_GPU_BACKEND=sim` (add `ZEUS_SIM_GPUS=A40,V100` to pick
 models). It lists the GPUs; measures a few seconds of load with `ZeusMonitor` and
-`PowerMonitor`; then runs a short training loop under `GlobalPowerLimitOptimizer`, which profiles GPU 0's power limits,
-settles on the one with the lowest Zeus cost and reports the energy saved against the maximum.
+`PowerMonitor`; then runs a short training loop under `GlobalPowerLimitOptimizer`, which
+profiles GPU 0's power limits, settles on the one with the lowest Zeus cost and reports the
+energy saved against the maximum.
 """
 
 from __future__ import annotations
