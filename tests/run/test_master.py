@@ -317,3 +317,43 @@ def test_observer_mode_profiles_but_trains_at_the_maximum(a40, tmp_path: Path, m
     s2 = JobSession(64, max_epochs=5, train_iters=64, eval_iters=4)
     train(s2, 64, reach_at=2)
     assert a40.get_power_management_limit(0) == 300_000
+
+
+def test_data_parallel_job_stops_on_every_rank(sim_gpus, monkeypatch, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import socket
+    import subprocess
+
+    sim_gpus("A40,A40", clock="virtual")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ)
+    env.update(
+        ZEUS_TARGET_METRIC="1.0",
+        ZEUS_LOG_DIR=str(tmp_path),
+        ZEUS_JOB_ID="dp",
+        ZEUS_PROFILE_PARAMS="2,4",
+        ZEUS_COST_THRESH="4000",
+    )
+    script = Path(__file__).with_name("dp_train.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), "--rank", str(r), "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    # Both ranks stop together, after profiling (3 epochs: no check before) and before
+    # max_epochs.
+    n = {re.search(r"stopped after (\d+) epochs", o).group(1) for o in outs}  # type: ignore[union-attr]
+    assert len(n) == 1 and 3 < int(n.pop()) < 20, outs
+    result = json.loads((tmp_path / "dp+bs16.train.json").read_text())
+    assert result["reached"] is False and result["cost"] < 4000
+    power = json.loads((tmp_path / "bs16.power.json").read_text())
+    assert len(power["train_power"]) == 9

@@ -330,12 +330,14 @@ class JobSession:
             if self.epoch_num >= self.max_epochs:
                 self._save_train_json(False)
                 return
-            if self.epoch_num == 0 or self.profiling:
+            if self.epoch_num == 0:
                 yield self.epoch_num
                 continue
             stop = False
             err: ZeusCostThresholdExceededError | None = None
-            if self.rank == 0:
+            # No prediction while profiling (the optimum is not known yet). Only rank 0 knows
+            # when profiling ends, so every rank calls `decide` on every epoch after the first.
+            if self.rank == 0 and not self.profiling:
                 next_cost = self._next_cost()
                 if next_cost >= self.env.cost_thresh:
                     stop = True
@@ -428,6 +430,10 @@ class JobSession:
                 self.optimal_pl = self._compute_optimal_pl()
                 # Set now, so the following eval epoch is measured at the optimum.
                 self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
+                if self.eval_iters == 0:
+                    # No eval epoch will complete the profile; it is final now.
+                    self._save_power_json()
+                    self.profiling = False
 
     def report_metric(self, metric: float, higher_is_better: bool) -> None:
         """Report the validation metric of the epoch."""
