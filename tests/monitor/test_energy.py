@@ -28,6 +28,8 @@ def test_measurement_is_a_plain_value():
     assert repr(m) == "Measurement(time=2.0, energy={0: 1.5, 3: 2.5})"
     assert m == Measurement(2.0, {0: 1.5, 3: 2.5})
     assert m != Measurement(2.0, {0: 1.5})
+    assert m == m and not (m != m)
+    assert m != "not a measurement"
     assert pickle.loads(pickle.dumps(m)) == m
     m.energy[0] = 10.0
     assert m.total_energy == 12.5

@@ -142,17 +142,24 @@ impl PyMeasurement {
         ))
     }
 
-    fn __eq__(&mut self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
         let Ok(other) = other.cast::<PyMeasurement>() else {
             return Ok(false);
         };
-        if other.as_ptr() == self as *const _ as *mut _ {
+        if slf.is(other) {
             return Ok(true);
         }
-        let mine = self.energy_dict(py)?;
-        let mut o = other.try_borrow_mut()?;
-        let theirs = o.energy_dict(py)?;
-        Ok(self.time == o.time && mine.eq(theirs)?)
+        let py = slf.py();
+        // Borrow one side at a time: both may be the same object behind different references.
+        let (t1, d1) = {
+            let mut m = slf.try_borrow_mut()?;
+            (m.time, m.energy_dict(py)?)
+        };
+        let (t2, d2) = {
+            let mut m = other.try_borrow_mut()?;
+            (m.time, m.energy_dict(py)?)
+        };
+        Ok(t1 == t2 && d1.eq(d2)?)
     }
 
     fn __reduce__<'py>(
