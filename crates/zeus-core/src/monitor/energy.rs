@@ -351,13 +351,13 @@ impl EnergyMonitor {
             }
             energy.push((i, e));
         }
-        if time < self.shortest_relevant_period() && !self.warned_short.contains(key) {
+        if time < self.slowest_counter_period() && !self.warned_short.contains(key) {
             self.warned_short.insert(key.to_owned());
             warnings.push(format!(
                 "Measurement window '{key}' lasted {} s, shorter than the GPU energy counter's \
                  update period ({} s): its energy is unreliable. This warning is shown once per window name.",
                 py_float(time),
-                py_float(self.shortest_relevant_period())
+                py_float(self.slowest_counter_period())
             ));
         }
         self.cross_check(key, start, end, &energy, &mut warnings);
@@ -384,7 +384,7 @@ impl EnergyMonitor {
 
     /// The update period that bounds how short a window can be measured: the slowest counter
     /// among the monitored GPUs.
-    fn shortest_relevant_period(&self) -> f64 {
+    fn slowest_counter_period(&self) -> f64 {
         self.counter_period.iter().copied().fold(0.0, f64::max)
     }
 
