@@ -37,7 +37,10 @@
 //! capacities `u - l` and per-node terms (the standard lower-bound reduction), solved with
 //! Dinic's maximum flow. Shorten the forward activities and lengthen the backward ones by one
 //! unit; the iteration gets one unit shorter at the least extra cost. Stop when every cut is
-//! infinite (some critical path is fully crashed).
+//! infinite (some critical path is fully crashed). When a step leaves the critical arcs and the
+//! envelope pieces their costs come from unchanged, the minimum-cut problem is the same and the
+//! previous cut is reused without a max-flow (Phillips–Dessouky's step-size argument, applied
+//! one unit at a time).
 
 use super::dag::Dag;
 use super::PerseusError;
@@ -53,6 +56,9 @@ struct Envelope {
     dmax: u64,
     /// `h[d - dmin]` for `d` in `dmin..=dmax`.
     h: Vec<f64>,
+    /// `seg[d - dmin]`: the envelope segment holding `[d, d + 1]`, for `d` in `dmin..dmax`.
+    /// Within one segment the slope is constant, which lets a step reuse the previous cut.
+    seg: Vec<u32>,
     /// Quantised options sorted by duration, cost: `(duration, cost, original index)`.
     options: Vec<(u64, f64, usize)>,
 }
@@ -111,12 +117,14 @@ impl Envelope {
         let dmin = hull[0].0;
         let dmax = hull[hull.len() - 1].0;
         let mut h = Vec::with_capacity((dmax - dmin + 1) as usize);
-        for w in hull.windows(2) {
+        let mut seg = Vec::with_capacity((dmax - dmin) as usize);
+        for (j, w) in hull.windows(2).enumerate() {
             let (d0, c0) = w[0];
             let (d1, c1) = w[1];
             let span = (d1 - d0) as f64;
             for d in d0..d1 {
                 h.push(c0 + (c1 - c0) * (d - d0) as f64 / span);
+                seg.push(j as u32);
             }
         }
         h.push(hull[hull.len() - 1].1);
@@ -124,12 +132,29 @@ impl Envelope {
             dmin,
             dmax,
             h,
+            seg,
             options: q,
         })
     }
 
     fn cost(&self, d: u64) -> f64 {
         self.h[(d - self.dmin) as usize]
+    }
+
+    /// Envelope segments that set the shortening and lengthening costs at `d`
+    /// (`u32::MAX` where the activity cannot move that way).
+    fn slopes_at(&self, d: u64) -> (u32, u32) {
+        let shorten = if d > self.dmin {
+            self.seg[(d - 1 - self.dmin) as usize]
+        } else {
+            u32::MAX
+        };
+        let lengthen = if d < self.dmax {
+            self.seg[(d - self.dmin) as usize]
+        } else {
+            u32::MAX
+        };
+        (shorten, lengthen)
     }
 
     /// Index of the cheapest original option no slower than `d` (ties: the faster one).
@@ -384,6 +409,12 @@ pub fn compute_frontier(
     let mut flow = FlowNet::default();
     let mut critical: Vec<usize> = Vec::new();
     let mut in_s = vec![false; nn];
+    // What determines the min-cut problem: each critical arc and the envelope segments its
+    // costs come from. When a step leaves it unchanged (the usual case: durations move inside
+    // linear pieces and no new path turns critical), the previous cut is still a minimum cut,
+    // as in Phillips–Dessouky's own step-size rule, and the max-flow is skipped.
+    let mut key: Vec<(usize, u32, u32)> = Vec::new();
+    let mut prev_key: Vec<(usize, u32, u32)> = Vec::new();
 
     loop {
         earliest.iter_mut().for_each(|x| *x = 0);
@@ -420,51 +451,62 @@ pub fn compute_frontier(
             (0..arcs.len()).filter(|&k| latest[arcs[k].1] - earliest[arcs[k].0] == arc_len(k, &d)),
         );
 
-        flow.reset(nn);
-        net.iter_mut().for_each(|x| *x = 0.0);
-        let mut scale = 1.0f64;
-        for &k in &critical {
-            let (a, b, act) = arcs[k];
-            let (u, l) = match act {
-                None => (INF, 0.0),
-                Some(i) => {
-                    let e = &envelopes[i];
-                    let u = if d[i] > e.dmin {
-                        e.cost(d[i] - 1) - e.cost(d[i])
-                    } else {
-                        INF
-                    };
-                    let l = if d[i] < e.dmax {
-                        e.cost(d[i]) - e.cost(d[i] + 1)
-                    } else {
-                        0.0
-                    };
-                    (u, l)
+        key.clear();
+        key.extend(critical.iter().map(|&k| match arcs[k].2 {
+            None => (k, u32::MAX, u32::MAX),
+            Some(i) => {
+                let (su, sl) = envelopes[i].slopes_at(d[i]);
+                (k, su, sl)
+            }
+        }));
+        if key != prev_key {
+            flow.reset(nn);
+            net.iter_mut().for_each(|x| *x = 0.0);
+            let mut scale = 1.0f64;
+            for &k in &critical {
+                let (a, b, act) = arcs[k];
+                let (u, l) = match act {
+                    None => (INF, 0.0),
+                    Some(i) => {
+                        let e = &envelopes[i];
+                        let u = if d[i] > e.dmin {
+                            e.cost(d[i] - 1) - e.cost(d[i])
+                        } else {
+                            INF
+                        };
+                        let l = if d[i] < e.dmax {
+                            e.cost(d[i]) - e.cost(d[i] + 1)
+                        } else {
+                            0.0
+                        };
+                        (u, l)
+                    }
+                };
+                if u < INF {
+                    scale = scale.max(u.abs());
                 }
-            };
-            if u < INF {
-                scale = scale.max(u.abs());
+                let c = if u >= INF { INF } else { (u - l).max(0.0) };
+                flow.add(a, b, c);
+                net[a] += l;
+                net[b] -= l;
             }
-            let c = if u >= INF { INF } else { (u - l).max(0.0) };
-            flow.add(a, b, c);
-            net[a] += l;
-            net[b] -= l;
-        }
-        let eps = 1e-12 * scale;
-        for (v, &x) in net.iter().enumerate().skip(2) {
-            if x > eps {
-                flow.add(v, sink, x);
-            } else if x < -eps {
-                flow.add(src, v, -x);
+            let eps = 1e-12 * scale;
+            for (v, &x) in net.iter().enumerate().skip(2) {
+                if x > eps {
+                    flow.add(v, sink, x);
+                } else if x < -eps {
+                    flow.add(src, v, -x);
+                }
             }
-        }
-        if flow.max_flow(src, sink, eps) >= INF / 2.0 {
-            break;
-        }
-        // Source side of the minimum cut: reachable in the residual graph.
-        flow.bfs(src, eps);
-        for (v, side) in in_s.iter_mut().enumerate() {
-            *side = flow.level[v] >= 0;
+            if flow.max_flow(src, sink, eps) >= INF / 2.0 {
+                break;
+            }
+            // Source side of the minimum cut: reachable in the residual graph.
+            flow.bfs(src, eps);
+            for (v, side) in in_s.iter_mut().enumerate() {
+                *side = flow.level[v] >= 0;
+            }
+            std::mem::swap(&mut key, &mut prev_key);
         }
         for &k in &critical {
             let (a, b, act) = arcs[k];
