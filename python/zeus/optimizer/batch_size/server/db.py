@@ -51,6 +51,7 @@ class Database:
         """Create the engine for `url` (an async SQLAlchemy URL, or any SQLite URL)."""
         self.url = url
         self.sync_engine: sa.Engine | None = None
+        self._sqlite_conn: sa.Connection | None = None
         self.async_engine: AsyncEngine | None = None
         if is_sqlite_url(url):
             # One connection: SQLite serialises writers anyway, and every transaction runs to
@@ -77,7 +78,13 @@ class Database:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(connection, *args)` in one transaction; commit on return, roll back on raise."""
         if self.sync_engine is not None:
-            with self.sync_engine.begin() as conn:
+            # One long-lived connection: nothing else can use it in between, since the
+            # transaction runs to completion without yielding, and it spares a pool checkout
+            # and reset per request.
+            conn = self._sqlite_conn
+            if conn is None or conn.closed or conn.invalidated:
+                conn = self._sqlite_conn = self.sync_engine.connect()
+            with conn.begin():
                 return fn(conn, *args)
         assert self.async_engine is not None
         async with self.async_engine.begin() as aconn:
@@ -93,6 +100,9 @@ class Database:
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
+        if self._sqlite_conn is not None:
+            self._sqlite_conn.close()
+            self._sqlite_conn = None
         if self.sync_engine is not None:
             self.sync_engine.dispose()
         if self.async_engine is not None:
