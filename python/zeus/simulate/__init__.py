@@ -6,8 +6,10 @@ entirely in Rust; any other policy objects are called back from the Rust loop.
 
 Differences from the reference simulator, on purpose:
 
-- Paths are sampled with Rust's PCG64 rather than numpy, so results agree with the reference
-  statistically, not run for run.
+- By default paths are sampled with Rust's PCG64 and the Zeus policy runs in Rust, so results
+  agree with the reference statistically, not run for run. `Simulator(..., path_rng="numpy")`
+  draws paths from numpy exactly as the reference does and runs the (reference-compatible)
+  Python policies, which reproduces the reference's trajectory for the same seed.
 - The default batch size is clamped to the largest batch size of the trace (as the reference's
   Alibaba driver does per GPU), and batch sizes without any run at the job's target metric are
   left out (the reference would crash sampling from them).
@@ -94,6 +96,10 @@ class Simulator:
         power_limit_optimizer: The power-limit policy.
         seed: Seed of the training-path sampler (the batch-size optimizer has its own).
         verbose: Let Python policies print (the Rust fast path is silent).
+        path_rng: `pcg64` samples training paths in Rust (fast); `numpy` draws them from
+            `numpy.random.default_rng(seed)` exactly as the reference does and runs the
+            policies in Python, which reproduces the reference's trajectory for the same seed
+            (up to floating-point near-ties).
 
     """
 
@@ -105,7 +111,11 @@ class Simulator:
         power_limit_optimizer: PowerLimitOptimizer,
         seed: int = 123456,
         verbose: bool = True,
+        path_rng: Literal["pcg64", "numpy"] = "pcg64",
     ) -> None:
+        if path_rng not in ("pcg64", "numpy"):
+            raise ValueError(f"path_rng must be 'pcg64' or 'numpy', got '{path_rng}'")
+        self.path_rng = path_rng
         self._train = _source(summary_train, "train")
         self._power = _source(summary_power, "power")
         self.bso = batch_size_optimizer
@@ -135,7 +145,8 @@ class Simulator:
         # Exactly the built-in classes (a subclass may change behaviour) in their initial state.
         bso, plo = self.bso, self.plo
         return (
-            type(bso) is PruningGTSBatchSizeOptimizer
+            self.path_rng == "pcg64"
+            and type(bso) is PruningGTSBatchSizeOptimizer
             and type(plo) is JITPowerLimitOptimizer
             and not bso.exp_manager
             and not bso.concurrency
@@ -187,8 +198,25 @@ class Simulator:
         bso = copy.deepcopy(self.bso)
         plo = copy.deepcopy(self.plo)
         bso.register_job(job, table.batch_sizes)
+        sampler = None
+        if self.path_rng == "numpy":
+            import numpy as np
+
+            rng = np.random.default_rng(self.seed)
+
+            def sampler(n: int) -> int:
+                # What `DataFrame.sample(n=1, random_state=rng)` draws over the n paths.
+                return int(rng.choice(n, size=1, replace=False)[0])
+
         return table.simulate_with(
-            job, bso, plo, self.seed, float(eta_knob), float(beta_knob), int(num_recurrence)
+            job,
+            bso,
+            plo,
+            self.seed,
+            float(eta_knob),
+            float(beta_knob),
+            int(num_recurrence),
+            sampler,
         )
 
 

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 
 use crate::simulate::policy::{BatchSizePolicy, PowerLimitPolicy};
 use crate::simulate::trace::{self, SimError};
+use crate::simulate::PathSampler;
 use crate::simulate::{self as sim, HistoryEntry, JobSpec, JobTable, Knobs};
 
 fn to_py(e: SimError) -> PyErr {
@@ -130,6 +131,25 @@ impl PowerLimitPolicy for PyPlo<'_> {
         match self.obj.call_method1("observe", (&self.job, bs, pl, cost)) {
             Ok(_) => Ok(()),
             Err(e) => Err(self.fail(e)),
+        }
+    }
+}
+
+struct PySampler<'py> {
+    obj: Bound<'py, PyAny>,
+    err: Option<PyErr>,
+}
+
+impl PathSampler for PySampler<'_> {
+    fn sample(&mut self, n: usize) -> sim::SimResult<usize> {
+        match self.obj.call1((n,)).and_then(|v| v.extract::<usize>()) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.err = Some(e);
+                Err(SimError::InvalidArgument(
+                    "the Python path sampler raised".into(),
+                ))
+            }
         }
     }
 }
@@ -328,8 +348,11 @@ impl PySimTable {
     }
 
     /// Run the loop with Python policy objects (`predict(job)`, `observe(job, bs, cost,
-    /// reached)`; `predict(job, bs)`, `observe(job, bs, pl, cost)`).
+    /// reached)`; `predict(job, bs)`, `observe(job, bs, pl, cost)`). `path_sampler(n) -> i`
+    /// replaces the built-in training-path sampler when given.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (job, batch_size_optimizer, power_limit_optimizer, seed, eta, beta,
+                        recurrences, path_sampler=None))]
     fn simulate_with(
         &self,
         job: Bound<'_, PyAny>,
@@ -339,6 +362,7 @@ impl PySimTable {
         eta: f64,
         beta: f64,
         recurrences: u32,
+        path_sampler: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Row>> {
         let knobs = Knobs {
             eta,
@@ -356,10 +380,16 @@ impl PySimTable {
             job,
             err: None,
         };
-        match self.inner.simulate(&mut bso, &mut plo, knobs) {
+        let mut sampler = path_sampler.map(|obj| PySampler { obj, err: None });
+        let result = match sampler.as_mut() {
+            Some(smp) => self.inner.simulate_sampled(&mut bso, &mut plo, smp, knobs),
+            None => self.inner.simulate(&mut bso, &mut plo, knobs),
+        };
+        match result {
             Ok(h) => Ok(rows(h)),
             Err(e) => {
-                if let Some(err) = bso.err.take().or(plo.err.take()) {
+                let sampler_err = sampler.and_then(|s| s.err);
+                if let Some(err) = bso.err.take().or(plo.err.take()).or(sampler_err) {
                     return Err(err);
                 }
                 Err(to_py(e))

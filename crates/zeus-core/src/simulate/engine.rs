@@ -8,6 +8,21 @@ use super::table::JobTable;
 use super::trace::{SimError, SimResult};
 use crate::util::metric::zeus_cost;
 
+/// Picks the training path (one run of the train trace) of each simulated run.
+pub trait PathSampler {
+    /// An index in `0..n`.
+    fn sample(&mut self, n: usize) -> SimResult<usize>;
+}
+
+/// The default sampler: uniform draws from PCG64.
+pub struct PcgPaths(pub Pcg64);
+
+impl PathSampler for PcgPaths {
+    fn sample(&mut self, n: usize) -> SimResult<usize> {
+        Ok(self.0.random_range(0..n))
+    }
+}
+
 /// Retries per recurrence before the target is declared unreachable (as the reference).
 pub const MAX_TRIES: u32 = 20;
 
@@ -148,8 +163,24 @@ impl JobTable {
         plo: &mut P,
         knobs: Knobs,
     ) -> SimResult<Vec<HistoryEntry>> {
+        let mut rng = PcgPaths(Pcg64::seed_from_u64(knobs.seed));
+        self.simulate_sampled(bso, plo, &mut rng, knobs)
+    }
+
+    /// `simulate` with a caller-chosen training-path sampler (for example numpy's generator
+    /// through the Python bindings, which reproduces the reference's draws).
+    pub fn simulate_sampled<
+        B: BatchSizePolicy + ?Sized,
+        P: PowerLimitPolicy + ?Sized,
+        S: PathSampler + ?Sized,
+    >(
+        &self,
+        bso: &mut B,
+        plo: &mut P,
+        rng: &mut S,
+        knobs: Knobs,
+    ) -> SimResult<Vec<HistoryEntry>> {
         knobs.validate()?;
-        let mut rng = Pcg64::seed_from_u64(knobs.seed);
         let mut min_cost = f64::INFINITY;
         let mut history = Vec::new();
         for rec in 1..=knobs.recurrences {
@@ -174,7 +205,13 @@ impl JobTable {
                         })?
                     }
                 };
-                let path = rng.random_range(0..self.batch_sizes[bi].paths.len());
+                let n_paths = self.batch_sizes[bi].paths.len();
+                let path = rng.sample(n_paths)?;
+                if path >= n_paths {
+                    return Err(SimError::InvalidArgument(format!(
+                        "path sampler returned {path} for {n_paths} training paths"
+                    )));
+                }
                 let cost_ub = knobs.beta * min_cost;
                 let Some((energy, time, reached)) =
                     self.run_path(bi, pl, path, cost_ub, knobs.eta, profiled)?

@@ -10,7 +10,7 @@ pub mod policy;
 pub mod table;
 pub mod trace;
 
-pub use engine::{totals, HistoryEntry, Knobs, MAX_TRIES};
+pub use engine::{totals, HistoryEntry, Knobs, PathSampler, PcgPaths, MAX_TRIES};
 pub use policy::{BatchSizePolicy, GaussianTs, JitPowerLimit, PowerLimitPolicy, PruningGts};
 pub use table::{builtin_job, JobSpec, JobTable, BUILTIN_WORKLOADS};
 pub use trace::{SimError, SimResult};
