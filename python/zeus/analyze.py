@@ -8,31 +8,12 @@ from __future__ import annotations
 
 import csv
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from zeus.job import HistoryEntry  # the reference defined it here; one class serves both
+
 __all__ = ["HistoryEntry", "avg_power", "energy"]
-
-
-@dataclass
-class HistoryEntry:
-    """One recurrence of a job and its outcome.
-
-    Attributes:
-        bs: Batch size.
-        pl: Power limit (W).
-        energy: Energy (J).
-        reached: Whether the target metric was reached.
-        time: Time (s).
-
-    """
-
-    bs: int
-    pl: int
-    energy: float
-    reached: bool
-    time: float
 
 
 def _read(logfile: str | os.PathLike[str], drop_last: bool) -> tuple[np.ndarray, np.ndarray]:
