@@ -1,14 +1,66 @@
 # Hand-kept stubs of the Rust extension `zeus._core` (see crates/zeus-core/src/python/).
 # Keep in sync with the #[pymethods] / #[pyfunction] signatures.
 
-from typing import Any
+import os
+import pathlib
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol, Self, TypeAlias, final
+
+from typing_extensions import disjoint_base
 
 __version__: str
 
+# PyO3 keeps `__all__` in registration order (src/python/mod.rs).
+__all__ = [
+    "__version__",
+    "GPUs",
+    "sim_device_count",
+    "sim_presets",
+    "sim_known_presets",
+    "sim_now",
+    "sim_is_virtual_clock",
+    "sim_advance",
+    "sim_set_busy",
+    "sim_is_busy",
+    "sim_run",
+    "sim_set_workload_points",
+    "sim_set_workload_csv",
+    "sim_workload_points",
+    "sim_steady_state",
+    "sim_true_energy",
+    "sim_true_power",
+    "sim_reset",
+    "zeus_cost",
+    "infer_counter_update_period",
+    "Measurement",
+    "PowerMonitor",
+    "ZeusMonitor",
+    "PowerLimitSelector",
+    "journal_dir",
+    "journal_record",
+    "journal_get",
+    "journal_entries",
+    "journal_clear",
+    "journal_restore",
+    "process_alive",
+    "PerseusFrontier",
+    "perseus_pipeline_1f1b",
+    "perseus_makespan",
+    "perseus_compute_frontier",
+    "SimTable",
+]
+
+# Path arguments are taken as `PathBuf` (anything `os.fspath` turns into a str).
+_StrPath: TypeAlias = str | os.PathLike[str]
+
+# @disjoint_base: a subclassable pyclass has its own instance layout, so no class can inherit
+# from two of them (PEP 800); @final: a pyclass without `subclass` cannot be subclassed.
+
 # ---- device (src/python/device.rs) ---------------------------------------------------------
 
+@disjoint_base
 class GPUs:
-    def __new__(cls, ensure_homogeneous: bool = False) -> GPUs: ...
+    def __new__(cls, ensure_homogeneous: bool = False) -> Self: ...
     def __len__(self) -> int: ...
     @property
     def backend(self) -> str: ...
@@ -60,7 +112,7 @@ def sim_set_busy(index: int, busy: bool) -> None: ...
 def sim_is_busy(index: int) -> bool: ...
 def sim_run(indices: list[int], work: float) -> float: ...
 def sim_set_workload_points(index: int, points: list[tuple[float, float, float]]) -> None: ...
-def sim_set_workload_csv(index: int, path: str) -> None: ...
+def sim_set_workload_csv(index: int, path: _StrPath) -> None: ...
 def sim_workload_points(index: int) -> list[tuple[float, float, float]]: ...
 def sim_steady_state(index: int) -> tuple[float, float]: ...
 def sim_true_energy(index: int) -> float: ...
@@ -71,7 +123,210 @@ def sim_reset() -> None: ...
 
 def zeus_cost(energy: float, time: float, eta_knob: float, max_power: float) -> float: ...
 
-# ---- other concerns: monitor, power_limit, perseus, simulate -------------------------------
-# (their classes are declared below as they land)
+# ---- monitor (src/python/monitor.rs) -------------------------------------------------------
 
-def __getattr__(name: str) -> Any: ...
+@final
+class Measurement:
+    time: float
+    def __new__(cls, time: float, energy: Mapping[int, float]) -> Measurement: ...
+    @property
+    def energy(self) -> dict[int, float]: ...
+    @energy.setter
+    def energy(self, energy: dict[int, float]) -> None: ...
+    @property
+    def total_energy(self) -> float: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __reduce__(self) -> tuple[type[Measurement], tuple[float, dict[int, float]]]: ...
+
+@disjoint_base
+class PowerMonitor:
+    def __new__(
+        cls,
+        gpu_indices: list[int] | None = None,
+        update_period: float | None = None,
+        max_samples: int | None = None,
+        background: bool | None = None,
+    ) -> Self: ...
+    @property
+    def gpu_indices(self) -> list[int]: ...
+    @property
+    def update_period(self) -> float: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def max_samples(self) -> int: ...
+    @property
+    def bytes_per_sample(self) -> float: ...
+    @property
+    def allocated_bytes(self) -> int: ...
+    def sample_now(self) -> bool: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    # Always False: exceptions are never swallowed.
+    def __exit__(self, *_args: object) -> Literal[False]: ...
+    def get_energy(self, start_time: float, end_time: float) -> dict[int, float] | None: ...
+    def get_power(self, time: float | None = None) -> dict[int, float] | None: ...
+    def timeline(self) -> tuple[list[float], dict[int, list[float]]]: ...
+
+@disjoint_base
+class ZeusMonitor:
+    # Accepts and ignores any arguments; the set-up is `_init`.
+    def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
+    def _init(
+        self,
+        gpus: GPUs,
+        gpu_indices: list[int] | None,
+        approx_instant_energy: bool,
+        log_file: _StrPath | None,
+        resolve_sync: Callable[[], Callable[[int], object] | None] | None,
+        check_power: PowerMonitor | None,
+    ) -> PowerMonitor | None: ...
+    def begin_window(self, key: str, sync_cuda: bool = True) -> None: ...
+    def end_window(self, key: str, sync_cuda: bool = True, cancel: bool = False) -> Measurement: ...
+    @property
+    def measurement_states(self) -> dict[str, tuple[float, dict[int, float]]]: ...
+    @property
+    def _has_counter(self) -> list[bool]: ...
+    @property
+    def approx_instant_energy(self) -> bool: ...
+
+def infer_counter_update_period(gpu_indices: list[int]) -> float: ...
+
+# ---- power_limit (src/python/power_limit.rs) -----------------------------------------------
+
+@final
+class PowerLimitSelector:
+    # No constructor: instances come from the static methods.
+    @staticmethod
+    def energy() -> PowerLimitSelector: ...
+    @staticmethod
+    def time() -> PowerLimitSelector: ...
+    @staticmethod
+    def zeus_cost(eta_knob: float, world_size: int) -> PowerLimitSelector: ...
+    @staticmethod
+    def max_slowdown(factor: float) -> PowerLimitSelector: ...
+    def select(self, measurements: list[tuple[int, float, float]]) -> int: ...
+
+# A journal entry: {"uuid": str, "power_limit_mw": int, "pid": int, "created": int (epoch s)}.
+# A plain dict rather than a TypedDict: callers build stand-in entries with fewer keys.
+_JournalEntry: TypeAlias = dict[str, Any]
+
+def journal_dir() -> pathlib.Path: ...
+def journal_record(
+    uuid: str, power_limit_mw: int, dir: _StrPath | None = None
+) -> _JournalEntry: ...
+def journal_get(uuid: str, dir: _StrPath | None = None) -> _JournalEntry | None: ...
+def journal_entries(dir: _StrPath | None = None) -> list[_JournalEntry]: ...
+def journal_clear(uuid: str, dir: _StrPath | None = None) -> bool: ...
+def process_alive(pid: int) -> bool: ...
+def journal_restore(
+    gpus: GPUs, include_live: bool = False, dir: _StrPath | None = None
+) -> list[tuple[int, str, int, int]]: ...
+
+# ---- perseus (src/python/perseus.rs) -------------------------------------------------------
+
+@final
+class PerseusFrontier:
+    # No constructor: instances come from `perseus_compute_frontier`.
+    def __len__(self) -> int: ...
+    @property
+    def unit_time(self) -> float: ...
+    @property
+    def time_units(self) -> list[int]: ...
+    @property
+    def times(self) -> list[float]: ...
+    @property
+    def costs(self) -> list[float]: ...
+    def durations(self, k: int) -> list[int]: ...
+    def choices(self, k: int) -> list[int]: ...
+    def best_within(self, limit_s: float) -> int | None: ...
+
+# Instruction names are "forward" or "backward".
+def perseus_pipeline_1f1b(
+    num_stages: int, num_microbatches: int
+) -> tuple[list[tuple[int, int, str]], list[tuple[int, int]]]: ...
+def perseus_makespan(
+    num_nodes: int, edges: list[tuple[int, int]], durations: list[float]
+) -> float: ...
+def perseus_compute_frontier(
+    num_nodes: int,
+    edges: list[tuple[int, int]],
+    options: list[list[tuple[float, float]]],
+    unit_time: float,
+) -> PerseusFrontier: ...
+
+# ---- simulate (src/python/simulate.rs) -----------------------------------------------------
+
+# (rec, try, batch_size, power_limit, energy, time, reached)
+_HistoryRow: TypeAlias = tuple[int, int, int, int, float, float, bool]
+
+class _BatchSizePolicy(Protocol):
+    def predict(self, job: Any, /) -> int: ...
+    def observe(self, job: Any, batch_size: int, cost: float, reached: bool, /) -> object: ...
+
+class _PowerLimitPolicy(Protocol):
+    def predict(self, job: Any, batch_size: int, /) -> int | None: ...
+    def observe(self, job: Any, batch_size: int, power_limit: int, cost: float, /) -> object: ...
+
+@final
+class SimTable:
+    def __new__(
+        cls,
+        dataset: str,
+        network: str,
+        optimizer: str,
+        target_metric: float,
+        max_epochs: int,
+        default_bs: int | None = None,
+        *,
+        train_path: str | None = None,
+        power_path: str | None = None,
+        train_text: str | None = None,
+        power_text: str | None = None,
+    ) -> SimTable: ...
+    @staticmethod
+    def builtin(trace_dir: str, gpu: str, workload: str) -> SimTable: ...
+    # (dataset, network, optimizer, target_metric, max_epochs, default_bs)
+    @staticmethod
+    def builtin_workloads() -> list[tuple[str, str, str, float, int, int]]: ...
+    @property
+    def batch_sizes(self) -> list[int]: ...
+    def power_limits(self, batch_size: int) -> list[int]: ...
+    @property
+    def num_power_limits(self) -> int: ...
+    @property
+    def max_power(self) -> float: ...
+    @property
+    def default_bs(self) -> int: ...
+    # (dataset, network, optimizer, target_metric, max_epochs)
+    @property
+    def job(self) -> tuple[str, str, str, float, int]: ...
+    def paths(self, batch_size: int) -> list[float | None]: ...
+    def profile_power_limits(self, batch_size: int, eta: float) -> list[tuple[int, float]]: ...
+    @property
+    def default_recurrences(self) -> int: ...
+    def simulate_zeus(
+        self,
+        seed: int,
+        eta: float,
+        beta: float,
+        recurrences: int,
+        prior_mean: float = 0.0,
+        prior_precision: float = 0.0,
+        window_size: int = 0,
+        bandit_seed: int | None = None,
+    ) -> list[_HistoryRow]: ...
+    def simulate_default(self, seed: int, eta: float, recurrences: int) -> list[_HistoryRow]: ...
+    def simulate_with(
+        self,
+        job: Any,
+        batch_size_optimizer: _BatchSizePolicy,
+        power_limit_optimizer: _PowerLimitPolicy,
+        seed: int,
+        eta: float,
+        beta: float,
+        recurrences: int,
+        path_sampler: Callable[[int], int] | None = None,
+    ) -> list[_HistoryRow]: ...
