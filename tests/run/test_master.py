@@ -357,3 +357,23 @@ def test_data_parallel_job_stops_on_every_rank(sim_gpus, monkeypatch, tmp_path: 
     assert result["reached"] is False and result["cost"] < 4000
     power = json.loads((tmp_path / "bs16.power.json").read_text())
     assert len(power["train_power"]) == 9
+
+
+def test_zeus_dataloader_takes_batch_size_by_keyword_only() -> None:
+    torch = pytest.importorskip("torch")
+    from zeus.run import ZeusDataLoader
+
+    ZeusDataLoader.reset()
+    data = torch.utils.data.TensorDataset(torch.zeros(16, 2))
+    try:
+        # DataLoader's second positional parameter is batch_size: a positional value would
+        # be a second batch size, so it is refused before anything is registered.
+        with pytest.raises(TypeError, match="positional"):
+            ZeusDataLoader(data, 4, batch_size=4)  # type: ignore[misc]
+        with pytest.raises(TypeError, match="positional"):
+            ZeusDataLoader(data, 4)  # type: ignore[call-arg]
+        assert ZeusDataLoader.train_loader is None and ZeusDataLoader.eval_loader is None
+        loader = ZeusDataLoader(dataset=data, batch_size=4)
+        assert loader.batch_size == 4 and ZeusDataLoader.eval_loader is loader
+    finally:
+        ZeusDataLoader.reset()

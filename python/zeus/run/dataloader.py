@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from zeus.run.session import JobSession
 
@@ -45,8 +45,10 @@ class ZeusDataLoader(DataLoader):
             train_loader.report_metric(accuracy, higher_is_better=True)
 
     Args:
-        *args: Passed to `DataLoader`.
-        batch_size: Per-process batch size.
+        dataset: Passed to `DataLoader`.
+        batch_size: Per-process batch size, by keyword (as in the reference: `DataLoader`'s
+            second positional parameter is `batch_size`, so no other argument can be
+            positional).
         max_epochs: Set on the train loader only.
         distributed: `"dp"` for data parallel with `torch.distributed` (one process per GPU,
             a `DistributedSampler` matching the process group).
@@ -64,13 +66,14 @@ class ZeusDataLoader(DataLoader):
 
     def __init__(
         self,
-        *args: Any,
+        dataset: Dataset[Any],
+        *,
         batch_size: int,
         max_epochs: int = -1,
         distributed: Literal["dp"] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(*args, batch_size=batch_size, **kwargs)
+        super().__init__(dataset, batch_size=batch_size, **kwargs)
         self.split = "train" if max_epochs != -1 else "eval"
         self.world_size = 1
         self.rank = 0

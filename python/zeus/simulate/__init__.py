@@ -141,17 +141,20 @@ class Simulator:
             )
         return self._tables[job]
 
-    def _fast_path(self) -> bool:
+    def _fast_path_bso(self) -> PruningGTSBatchSizeOptimizer | None:
+        """The batch size optimizer if the whole policy can run in Rust, else None."""
         # Exactly the built-in classes (a subclass may change behaviour) in their initial state.
         bso, plo = self.bso, self.plo
-        return (
+        if (
             self.path_rng == "pcg64"
             and type(bso) is PruningGTSBatchSizeOptimizer
             and type(plo) is JITPowerLimitOptimizer
             and not bso.exp_manager
             and not bso.concurrency
             and not plo.best_pl
-        )
+        ):
+            return bso
+        return None
 
     def simulate_one_job(
         self, job: Job, num_recurrence: int, beta_knob: float, eta_knob: float
@@ -182,8 +185,8 @@ class Simulator:
         if num_recurrence < 1:
             raise ValueError(f"num_recurrence must be at least 1, got {num_recurrence}")
         table = self.table(job)
-        if self._fast_path():
-            b = self.bso
+        b = self._fast_path_bso()
+        if b is not None:
             return table.simulate_zeus(
                 self.seed,
                 float(eta_knob),

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.output, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["rec", "try", "batch_size", "power_limit", "energy", "time", "reached"])
-            for rec, attempt, bs, pl, e, t, reached in rows:
-                w.writerow([rec, attempt, bs, pl, repr(e), repr(t), str(reached).lower()])
+            for rec, attempt, bs, pl, energy, secs, reached in rows:
+                w.writerow([rec, attempt, bs, pl, repr(energy), repr(secs), str(reached).lower()])
     print(json.dumps(result.to_dict()))
     return 0
 

@@ -141,14 +141,22 @@ class FrequencyController:
                     return
                 wanted, self._wanted = self._wanted, None
                 seen = self._requests
+            # wait_for only returns without `_stop` once `_wanted` is set, and only this thread
+            # clears it; mypy cannot see through the predicate lambda.
+            assert wanted is not None
+            error: Optional[BaseException] = None
             try:
                 if wanted != self._current:
                     self.gpus.set_gpu_locked_clocks(self.device_id, wanted, wanted)
                     self._current = wanted
             except Exception as e:  # noqa: BLE001  (surfaced through wait())
                 logger.warning("Setting GPU %d to %d MHz failed: %s", self.device_id, wanted, e)
-                self._error = e
+                error = e
             with self._cond:
+                # Stored under the lock: wait() reads and clears `_error` under it, and an
+                # unlocked write between its read and its clear would lose the error.
+                if error is not None:
+                    self._error = error
                 self._applied_requests = max(self._applied_requests, seen)
                 self._cond.notify_all()
 

@@ -32,7 +32,7 @@ from zeus.optimizer.perseus.common import (
     ProfilingResult,
     RankInfo,
 )
-from zeus.optimizer.perseus.frontier import PipelineFrontier, stage_instructions
+from zeus.optimizer.perseus.frontier import FrontierPlan, PipelineFrontier, stage_instructions
 from zeus.util.logging import get_logger
 
 __all__ = [
@@ -461,8 +461,9 @@ class EnergyOptimal(InstructionProfiler):
         self.slowdown = slowdown
         self.blocking_power = blocking_power
         self.unit_time = unit_time
-        self.plan = None
-        self.all_max_plan = None
+        # Set by `_run` once the frontier is computed.
+        self.plan: FrontierPlan | None = None
+        self.all_max_plan: FrontierPlan | None = None
         super().__init__(
             job_info,
             rank_infos,
@@ -522,19 +523,21 @@ class EnergyOptimal(InstructionProfiler):
             blocking_power=self._blocking_power(),
             unit_time=self.unit_time,
         )
-        self.all_max_plan = frontier.all_max
-        self.plan = frontier.best_plan(self.slowdown)
+        all_max = frontier.all_max
+        plan = frontier.best_plan(self.slowdown)
+        self.all_max_plan = all_max
+        self.plan = plan
         logger.info(
             "Perseus plan: predicted %.4f s / %.2f J per iteration (all max frequency: "
             "%.4f s / %.2f J), frontier of %d points",
-            self.plan.time,
-            self.plan.energy,
-            frontier.all_max.time,
-            frontier.all_max.energy,
+            plan.time,
+            plan.energy,
+            all_max.time,
+            all_max.energy,
             len(frontier),
         )
         yield [
-            FrequencySchedule(rank=info.rank, frequencies=self.plan.frequencies[info.pp_rank])
+            FrequencySchedule(rank=info.rank, frequencies=plan.frequencies[info.pp_rank])
             for info in self.rank_infos
         ]
 
