@@ -1,4 +1,5 @@
-//! `zeus._core` bindings for power_limit: the optimum selectors and the power-limit journal.
+//! `zeus._core` bindings for power_limit: the optimum selectors and the GPU settings journal
+//! (power limits and locked clocks; see `crate::device::journal`).
 
 use std::path::PathBuf;
 
@@ -8,7 +9,10 @@ use pyo3::types::PyDict;
 
 use super::device::PyGpus;
 use super::errors::gpu_error;
-use crate::device::journal::{self, Journal, JournalEntry, JournalError};
+use crate::device::journal::{
+    self, ClockEntry, ClockLocks, Entry, Journal, JournalEntry, JournalError, Kind, Restored,
+    RestoredSetting,
+};
 use crate::optimizer::power_limit::{Measurement, Selector, SelectorError};
 
 fn selector_err(e: SelectorError) -> PyErr {
@@ -74,10 +78,29 @@ fn io_err(e: std::io::Error) -> PyErr {
     PyOSError::new_err(e.to_string())
 }
 
+fn journal_err(py: Python<'_>, e: JournalError) -> PyErr {
+    match e {
+        JournalError::Io(e) => io_err(e),
+        JournalError::Gpu(e) => gpu_error(py, e),
+    }
+}
+
 fn entry_dict<'py>(py: Python<'py>, e: &JournalEntry) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
+    d.set_item("kind", Kind::PowerLimit.name())?;
     d.set_item("uuid", &e.uuid)?;
     d.set_item("power_limit_mw", e.power_limit_mw)?;
+    d.set_item("pid", e.pid)?;
+    d.set_item("created", e.created)?;
+    Ok(d)
+}
+
+fn clock_entry_dict<'py>(py: Python<'py>, e: &ClockEntry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("kind", Kind::Clocks.name())?;
+    d.set_item("uuid", &e.uuid)?;
+    d.set_item("gpu_clocks", e.locks.gpu)?;
+    d.set_item("memory_clocks", e.locks.memory)?;
     d.set_item("pid", e.pid)?;
     d.set_item("created", e.created)?;
     Ok(d)
@@ -106,7 +129,35 @@ fn journal_record<'py>(
     entry_dict(py, &e)
 }
 
-/// `uuid`'s entry as a dict, or `None`.
+/// Journal that this process is about to lock `uuid`'s GPU and/or memory clocks; an existing
+/// entry is kept (widened to name both sets of kinds). Returns the entry on disk.
+///
+/// `ValueError` if neither kind is given.
+#[pyfunction]
+#[pyo3(signature = (uuid, gpu_clocks, memory_clocks, dir = None))]
+fn journal_record_clocks<'py>(
+    py: Python<'py>,
+    uuid: &str,
+    gpu_clocks: bool,
+    memory_clocks: bool,
+    dir: Option<PathBuf>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let locks = ClockLocks {
+        gpu: gpu_clocks,
+        memory: memory_clocks,
+    };
+    if locks.is_empty() {
+        return Err(PyValueError::new_err(
+            "journal_record_clocks needs gpu_clocks or memory_clocks to be True \
+             (got gpu_clocks=False, memory_clocks=False)",
+        ));
+    }
+    let j = journal_at(dir);
+    let e = py.detach(|| j.record_clocks(uuid, locks)).map_err(io_err)?;
+    clock_entry_dict(py, &e)
+}
+
+/// `uuid`'s power-limit entry as a dict, or `None`.
 #[pyfunction]
 #[pyo3(signature = (uuid, dir = None))]
 fn journal_get<'py>(
@@ -121,7 +172,23 @@ fn journal_get<'py>(
     }
 }
 
-/// Every entry, sorted by UUID.
+/// `uuid`'s clock entry as a dict, or `None`.
+#[pyfunction]
+#[pyo3(signature = (uuid, dir = None))]
+fn journal_get_clocks<'py>(
+    py: Python<'py>,
+    uuid: &str,
+    dir: Option<PathBuf>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let j = journal_at(dir);
+    match j.get_clocks(uuid).map_err(io_err)? {
+        Some(e) => Ok(Some(clock_entry_dict(py, &e)?)),
+        None => Ok(None),
+    }
+}
+
+/// Every entry of every kind (each dict has a `kind`: `power_limit` or `clocks`), sorted by
+/// UUID.
 #[pyfunction]
 #[pyo3(signature = (dir = None))]
 fn journal_entries<'py>(
@@ -129,15 +196,28 @@ fn journal_entries<'py>(
     dir: Option<PathBuf>,
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let j = journal_at(dir);
-    let entries = j.entries().map_err(io_err)?;
-    entries.iter().map(|e| entry_dict(py, e)).collect()
+    let entries = j.all_entries().map_err(io_err)?;
+    entries
+        .iter()
+        .map(|e| match e {
+            Entry::PowerLimit(e) => entry_dict(py, e),
+            Entry::Clocks(e) => clock_entry_dict(py, e),
+        })
+        .collect()
 }
 
-/// Remove `uuid`'s entry; returns whether there was one.
+/// Remove `uuid`'s power-limit entry; returns whether there was one.
 #[pyfunction]
 #[pyo3(signature = (uuid, dir = None))]
 fn journal_clear(uuid: &str, dir: Option<PathBuf>) -> PyResult<bool> {
     journal_at(dir).clear(uuid).map_err(io_err)
+}
+
+/// Remove `uuid`'s clock entry; returns whether there was one.
+#[pyfunction]
+#[pyo3(signature = (uuid, dir = None))]
+fn journal_clear_clocks(uuid: &str, dir: Option<PathBuf>) -> PyResult<bool> {
+    journal_at(dir).clear_clocks(uuid).map_err(io_err)
 }
 
 /// Whether process `pid` is running.
@@ -146,28 +226,58 @@ fn process_alive(pid: u32) -> bool {
     journal::process_alive(pid)
 }
 
-/// Restore the journaled power limits of `gpus` left by dead processes (or by anyone, with
-/// `include_live`) and clear those entries. Returns `(index, uuid, power_limit_mw, pid)` tuples.
+fn restored_dict<'py>(py: Python<'py>, r: &Restored) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("index", r.index)?;
+    d.set_item("uuid", &r.uuid)?;
+    d.set_item("kind", r.setting.kind().name())?;
+    d.set_item("pid", r.pid)?;
+    match r.setting {
+        RestoredSetting::PowerLimit { power_limit_mw } => {
+            d.set_item("power_limit_mw", power_limit_mw)?;
+        }
+        RestoredSetting::Clocks(locks) => {
+            d.set_item("gpu_clocks", locks.gpu)?;
+            d.set_item("memory_clocks", locks.memory)?;
+        }
+    }
+    Ok(d)
+}
+
+/// Undo every journaled change on `gpus` left by dead processes (or by anyone, with
+/// `include_live`): power limits set back, locked clocks reset; those entries are cleared.
+///
+/// Every kind on every GPU is tried. Returns `(restored, failed)`: `restored` dicts have
+/// `index, uuid, kind, pid` and `power_limit_mw` or `gpu_clocks, memory_clocks`; `failed` dicts
+/// have `index, uuid (or None), kind (or None), error` (the exception, e.g. a `ZeusGPUError`
+/// subclass or `OSError`), and their entries stay journaled.
 #[pyfunction]
 #[pyo3(signature = (gpus, include_live = false, dir = None))]
-fn journal_restore(
-    py: Python<'_>,
-    gpus: &Bound<'_, PyGpus>,
+#[allow(clippy::type_complexity)]
+fn journal_restore<'py>(
+    py: Python<'py>,
+    gpus: &Bound<'py, PyGpus>,
     include_live: bool,
     dir: Option<PathBuf>,
-) -> PyResult<Vec<(usize, String, u32, u32)>> {
+) -> PyResult<(Vec<Bound<'py, PyDict>>, Vec<Bound<'py, PyDict>>)> {
     let j = journal_at(dir);
     let g = gpus.get();
-    let done = py
-        .detach(|| j.restore_stale(&g.inner, include_live))
-        .map_err(|e| match e {
-            JournalError::Io(e) => io_err(e),
-            JournalError::Gpu(e) => gpu_error(py, e),
-        })?;
-    Ok(done
-        .into_iter()
-        .map(|r| (r.index, r.uuid, r.power_limit_mw, r.pid))
-        .collect())
+    let report = py.detach(|| j.restore_stale(&g.inner, include_live));
+    let restored = report
+        .restored
+        .iter()
+        .map(|r| restored_dict(py, r))
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut failed = Vec::with_capacity(report.failed.len());
+    for f in report.failed {
+        let d = PyDict::new(py);
+        d.set_item("index", f.index)?;
+        d.set_item("uuid", f.uuid)?;
+        d.set_item("kind", f.kind.map(Kind::name))?;
+        d.set_item("error", journal_err(py, f.error).into_value(py))?;
+        failed.push(d);
+    }
+    Ok((restored, failed))
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -177,6 +287,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(journal_get, m)?)?;
     m.add_function(wrap_pyfunction!(journal_entries, m)?)?;
     m.add_function(wrap_pyfunction!(journal_clear, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_record_clocks, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_get_clocks, m)?)?;
+    m.add_function(wrap_pyfunction!(journal_clear_clocks, m)?)?;
     m.add_function(wrap_pyfunction!(journal_restore, m)?)?;
     m.add_function(wrap_pyfunction!(process_alive, m)?)?;
     Ok(())
