@@ -138,6 +138,26 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
                 f"load generator {1e3 * gen / n:.2f} ms",
                 flush=True,
             )
+        if args.split > 1:
+            # The same 32 clients spread over several generator processes: shows what the
+            # server sustains when one Python generator process is no longer the bottleneck.
+            per = 32 // args.split
+            procs = [
+                subprocess.Popen(
+                    [sys.executable, str(args.load), base, str(per), str(args.cycles32)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for _ in range(args.split)
+            ]
+            outs = [p.communicate()[0].strip() for p in procs]
+            total = sum(float(o.split("throughput=")[1].split()[0]) for o in outs)
+            p99 = max(float(o.split("p99=")[1].split("ms")[0]) for o in outs)
+            print(
+                f"[{backend}] {args.split} generators x {per} clients: "
+                f"throughput={total:.1f} cycles/s, worst p99={p99:.1f}ms",
+                flush=True,
+            )
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -155,6 +175,7 @@ def main() -> None:
     p.add_argument("--cycles1", type=int, default=300)
     p.add_argument("--cycles32", type=int, default=20)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--split", type=int, default=2, help="also run 32 clients over N generators")
     args = p.parse_args()
     if not args.load.is_file():
         raise SystemExit(f"load generator {args.load} not found")
