@@ -38,9 +38,12 @@ __all__ = [
     "PowerLimitSelector",
     "journal_dir",
     "journal_record",
+    "journal_record_clocks",
     "journal_get",
+    "journal_get_clocks",
     "journal_entries",
     "journal_clear",
+    "journal_clear_clocks",
     "journal_restore",
     "process_alive",
     "PerseusFrontier",
@@ -209,21 +212,30 @@ class PowerLimitSelector:
     def max_slowdown(factor: float) -> PowerLimitSelector: ...
     def select(self, measurements: list[tuple[int, float, float]]) -> int: ...
 
-# A journal entry: {"uuid": str, "power_limit_mw": int, "pid": int, "created": int (epoch s)}.
-# A plain dict rather than a TypedDict: callers build stand-in entries with fewer keys.
+# A journal entry, by "kind":
+#   "power_limit": {"kind", "uuid": str, "power_limit_mw": int, "pid": int, "created": int (epoch s)}
+#   "clocks": {"kind", "uuid": str, "gpu_clocks": bool, "memory_clocks": bool, "pid", "created"}
+# journal_restore's restored dicts: {"index", "uuid", "kind", "pid"} plus the kind's fields;
+# its failed dicts: {"index", "uuid": str | None, "kind": str | None, "error": Exception}.
+# Plain dicts rather than TypedDicts: callers build stand-in entries with fewer keys.
 _JournalEntry: TypeAlias = dict[str, Any]
 
 def journal_dir() -> pathlib.Path: ...
 def journal_record(
     uuid: str, power_limit_mw: int, dir: _StrPath | None = None
 ) -> _JournalEntry: ...
+def journal_record_clocks(
+    uuid: str, gpu_clocks: bool, memory_clocks: bool, dir: _StrPath | None = None
+) -> _JournalEntry: ...
 def journal_get(uuid: str, dir: _StrPath | None = None) -> _JournalEntry | None: ...
+def journal_get_clocks(uuid: str, dir: _StrPath | None = None) -> _JournalEntry | None: ...
 def journal_entries(dir: _StrPath | None = None) -> list[_JournalEntry]: ...
 def journal_clear(uuid: str, dir: _StrPath | None = None) -> bool: ...
+def journal_clear_clocks(uuid: str, dir: _StrPath | None = None) -> bool: ...
 def process_alive(pid: int) -> bool: ...
 def journal_restore(
     gpus: GPUs, include_live: bool = False, dir: _StrPath | None = None
-) -> list[tuple[int, str, int, int]]: ...
+) -> tuple[list[_JournalEntry], list[dict[str, Any]]]: ...
 
 # ---- perseus (src/python/perseus.rs) -------------------------------------------------------
 

@@ -1,11 +1,13 @@
 """`python -m zeus.device`: inspect and restore GPU settings that zeus changed.
 
 Commands:
-    journal     List the journaled original power limits (one entry per GPU changed by a
-                process that has not restored it yet).
-    restore     Put the journaled original power limits back on the visible GPUs and clear
-                their entries. By default only entries of processes that are no longer running
-                (e.g. killed with SIGKILL) are restored; `--all` restores live ones too.
+    journal     List the journaled GPU changes: original power limits, and GPU/memory clocks
+                locked by zeus (one entry per GPU and kind changed by a process that has not
+                restored it yet).
+    restore     Undo them on the visible GPUs (set the original power limits back, reset
+                locked clocks) and clear their entries. By default only entries of processes
+                that are no longer running (e.g. killed with SIGKILL) are restored; `--all`
+                restores live ones too. Exit status 1 if some entry could not be restored.
 
 The journal lives in `$ZEUS_STATE_DIR`, else `$XDG_STATE_HOME/zeus`, else `~/.local/state/zeus`,
 else `/var/tmp/zeus`; `--state-dir` overrides it.
@@ -29,12 +31,15 @@ from zeus import _core
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m zeus.device",
-        description="Inspect and restore GPU power limits journaled by zeus.",
+        description="Inspect and restore GPU settings (power limits, locked clocks) journaled "
+        "by zeus.",
     )
     p.add_argument("--state-dir", type=Path, default=None, help="journal directory")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("journal", help="list journaled original power limits")
-    r = sub.add_parser("restore", help="restore journaled power limits and clear them")
+    sub.add_parser("journal", help="list journaled power limits and clock locks")
+    r = sub.add_parser(
+        "restore", help="restore journaled power limits, unlock journaled clocks, clear them"
+    )
     r.add_argument(
         "--all",
         action="store_true",
@@ -53,28 +58,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"No journaled GPU settings in {state_dir}.")
         for e in entries:
             alive = "running" if _core.process_alive(e["pid"]) else "gone"
-            print(
-                f"{e['uuid']}: original power limit {e['power_limit_mw']} mW "
-                f"(process {e['pid']}, {alive})"
-            )
+            if e.get("kind", "power_limit") == "power_limit":
+                what = f"original power limit {e['power_limit_mw']} mW"
+            else:
+                locked = [
+                    name
+                    for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory"))
+                    if e.get(key)
+                ]
+                what = f"{' and '.join(locked)} clocks locked (original: unlocked)"
+            print(f"{e['uuid']}: {what} (process {e['pid']}, {alive})")
         return 0
 
     from zeus.device import get_gpus
-    from zeus.optimizer.power_limit.guard import restore_stale
+    from zeus.optimizer.power_limit.guard import describe_restored
 
-    done = restore_stale(get_gpus(), include_live=args.all, journal_dir=state_dir)
-    for index, uuid, mw, pid in done:
-        print(f"GPU {index} ({uuid}): restored power limit {mw} mW (journaled by process {pid})")
+    done, failed = _core.journal_restore(get_gpus(), args.all, state_dir)
+    for r in done:
+        print(describe_restored(r))
+    for f in failed:
+        kind = (f["kind"] or "settings").replace("_", " ")
+        print(
+            f"GPU {f['index']} ({f['uuid']}): cannot restore {kind}: {f['error']}", file=sys.stderr
+        )
     left = _core.journal_entries(state_dir)
-    if not done:
+    if not done and not failed:
         print(f"Nothing to restore in {state_dir}.")
     if left:
         print(
             f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} left (process still running, "
-            "or GPU not visible here); see `python -m zeus.device journal`.",
+            "GPU not visible here, or restore failed); see `python -m zeus.device journal`.",
             file=sys.stderr,
         )
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -7,9 +7,14 @@ enough because the NVML call releases the GIL, and it starts in microseconds.
 
 The default clocks are restored on every exit path: `end()` (also called from `atexit`, which
 covers normal exit, uncaught exceptions and Ctrl-C's `KeyboardInterrupt`), and a SIGTERM
-handler that restores and then lets the signal's previous disposition run. SIGKILL cannot be
-caught; the clock lock then stays until the next `reset_gpu_locked_clocks` (e.g. a new
-controller on that GPU, which resets at start).
+handler that restores and then lets the signal's previous disposition run.
+
+SIGKILL cannot be caught, so before its first clock change the controller journals on disk that
+it locks this GPU's clocks (`zeus._core.journal_record_clocks`; the journal of
+`zeus.optimizer.power_limit.guard`, one file per GPU and kind) and clears the entry after its
+reset. A controller's start undoes what killed processes left in the journal (power limits and
+clock locks, like `GlobalPowerLimitOptimizer`'s construction); so do
+`python -m zeus.device restore` and `zeus-monitor --restore`.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import atexit
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any, Optional
 
+from zeus import _core
 from zeus.device import get_gpus
 from zeus.util.logging import get_logger
 
@@ -66,15 +73,31 @@ class FrequencyController:
     Args:
         device_id: GPU index (as `zeus.device.get_gpus()` sees it).
         gpus: The GPUs object; default `get_gpus()`.
+        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
 
     """
 
-    def __init__(self, device_id: int = 0, gpus: Any = None) -> None:
-        """Lock the clocks to their maxima and start the worker thread."""
+    def __init__(
+        self, device_id: int = 0, gpus: Any = None, journal_dir: str | Path | None = None
+    ) -> None:
+        """Undo stale journaled changes, lock the clocks to their maxima, start the worker."""
         self.device_id = device_id
         self.gpus = gpus if gpus is not None else get_gpus()
+        self.journal_dir = Path(journal_dir) if journal_dir is not None else _core.journal_dir()
+        self._uuid: str = self.gpus.get_uuid(device_id)
+        self._journaled = False
+        # Put back what a killed earlier run left behind before locking anything. The restore
+        # runs in Rust on the process's GPUs object; a wrapper passed as `gpus` (e.g. a spy)
+        # wraps that same process-wide object.
+        from zeus.optimizer.power_limit.guard import restore_stale
+
+        core_gpus = self.gpus if isinstance(self.gpus, _core.GPUs) else get_gpus()
+        restore_stale(core_gpus, journal_dir=self.journal_dir)
         mem = max(self.gpus.get_supported_memory_clocks(device_id))
         self.max_frequency = max(self.gpus.get_supported_graphics_clocks(device_id, mem))
+        # Journal before the first change. Memory clocks are named even where locking them turns
+        # out to be unsupported: resetting them there is a no-op the restore tolerates.
+        self._journal()
         try:
             self.gpus.set_memory_locked_clocks(device_id, mem, mem)
             self._memory_locked = True
@@ -97,6 +120,29 @@ class FrequencyController:
         _install_sigterm_handler()
         atexit.register(self.end)
         self._thread.start()
+
+    def _journal(self) -> None:
+        try:
+            entry = _core.journal_record_clocks(self._uuid, True, True, self.journal_dir)
+        except OSError as e:
+            # A read-only home must not stop training: exit and signal resets still work.
+            logger.warning(
+                "Cannot journal GPU %d's clock locks in %s (%s); they will not be reset if "
+                "this process is killed with SIGKILL. Set ZEUS_STATE_DIR to a writable "
+                "directory to fix this.",
+                self.device_id,
+                self.journal_dir,
+                e,
+            )
+            return
+        self._journaled = True
+        if entry["pid"] != os.getpid() and _core.process_alive(entry["pid"]):
+            logger.warning(
+                "GPU %d (%s) clocks are also locked by running process %d.",
+                self.device_id,
+                self._uuid,
+                entry["pid"],
+            )
 
     @property
     def frequency(self) -> int:
@@ -175,7 +221,16 @@ class FrequencyController:
             if self._memory_locked:
                 self.gpus.reset_memory_locked_clocks(self.device_id)
         except Exception as e:  # noqa: BLE001  (exit path: report, don't mask the real error)
+            # The journal entry stays, so a later restore retries the reset.
             logger.warning("Restoring GPU %d clocks failed: %s", self.device_id, e)
+        else:
+            if self._journaled:
+                try:
+                    _core.journal_clear_clocks(self._uuid, self.journal_dir)
+                except OSError as e:
+                    logger.warning(
+                        "Cannot clear the clock journal entry of GPU %d: %s", self.device_id, e
+                    )
         with _live_lock:
             _live.discard(self)
         try:

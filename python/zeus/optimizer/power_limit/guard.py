@@ -11,7 +11,9 @@ and it restores the originals and clears the journal:
   so the process still dies of SIGTERM).
 
 SIGKILL cannot be caught: the journal survives it, and the next optimizer on the machine (or
-`python -m zeus.device restore`) puts the originals back.
+`python -m zeus.device restore`, or `zeus-monitor --restore`) puts the originals back.
+`restore_stale` undoes every kind of journaled change, including clocks locked by
+`zeus.optimizer.perseus.FrequencyController`.
 """
 
 from __future__ import annotations
@@ -176,23 +178,51 @@ class PowerLimitGuard:
         )
 
 
+def describe_restored(restored: dict[str, Any]) -> str:
+    """One line for a dict of `zeus._core.journal_restore`'s `restored` list."""
+    if restored["kind"] == "power_limit":
+        what = f"restored power limit {restored['power_limit_mw']} mW"
+    else:
+        kinds = [
+            name
+            for key, name in (("gpu_clocks", "GPU clocks"), ("memory_clocks", "memory clocks"))
+            if restored.get(key)
+        ]
+        what = f"unlocked {' and '.join(kinds) or 'clocks'}"
+    return (
+        f"GPU {restored['index']} ({restored['uuid']}): {what} "
+        f"(journaled by process {restored['pid']})"
+    )
+
+
 def restore_stale(
     gpus: Any, include_live: bool = False, journal_dir: str | Path | None = None
-) -> list[tuple[int, str, int, int]]:
-    """Restore journaled limits left by processes that are gone; see `zeus._core.journal_restore`.
+) -> list[dict[str, Any]]:
+    """Undo the journaled changes (power limits, locked clocks) left by processes that are gone.
+
+    Every kind on every visible GPU is tried (`zeus._core.journal_restore`); what cannot be
+    restored is logged as a warning and stays journaled for the next try.
+
+    Args:
+        gpus: The `GPUs` object.
+        include_live: Also restore entries of processes that still run.
+        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
 
     Returns:
-        `(gpu_index, uuid, power_limit_mw, pid)` for every GPU restored.
+        The restored entries: dicts with `index`, `uuid`, `kind` (`power_limit` or `clocks`),
+        `pid`, and `power_limit_mw` or `gpu_clocks` / `memory_clocks`. Failures (including an
+        unreadable or corrupt journal file, as `OSError`) are logged, not raised.
 
     """
-    done = _core.journal_restore(gpus, include_live, journal_dir)
-    for index, uuid, mw, pid in done:
+    restored, failed = _core.journal_restore(gpus, include_live, journal_dir)
+    for r in restored:
+        logger.warning("%s, which ended without restoring it.", describe_restored(r))
+    for f in failed:
         logger.warning(
-            "Restored GPU %d (%s) to its original power limit %d mW, journaled by process %d "
-            "which ended without restoring it.",
-            index,
-            uuid,
-            mw,
-            pid,
+            "Cannot restore the journaled %s of GPU %d (%s): %s; the entry is kept.",
+            (f["kind"] or "settings").replace("_", " "),
+            f["index"],
+            f["uuid"],
+            f["error"],
         )
-    return done
+    return restored
