@@ -7,6 +7,12 @@
 //! stop the loop, so an interrupted run keeps every sample taken; the run ends with a one-line
 //! summary on stderr and exit status 0.
 //!
+//! `zeus-monitor --restore` instead undoes what zeus processes that died without cleaning up
+//! (e.g. killed with SIGKILL) left on the GPUs, from the journal of
+//! `zeus_core::device::journal`: original power limits are set back and locked GPU/memory clocks
+//! reset. It prints one line per GPU restored, and exits 0 (1 if some entry could not be
+//! restored; it stays journaled). Entries of processes that still run are left alone.
+//!
 //! GPUs come from `zeus_core::device::Gpus::from_env()`: real NVML, a fake `libnvidia-ml`
 //! (`ZEUS_NVML_LIB`), or the simulator (`ZEUS_GPU_BACKEND=sim`). Indices are visible indices
 //! (after `CUDA_VISIBLE_DEVICES`; the same as NVML's when it is unset).
@@ -20,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
+use zeus_core::device::journal::{Journal, Kind, Restored, RestoredSetting};
 use zeus_core::device::{GpuResult, Gpus};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -34,13 +41,15 @@ enum Format {
     name = "zeus-monitor",
     version,
     about = "Log GPU power (mW) over time to a CSV file",
-    after_help = "Examples:\n  zeus-monitor power.csv 60 100        # GPU 0 for 60 s, 100 ms sleep after each poll\n  zeus-monitor - 0 0 --interval 50 --gpus 0,1 --energy --format jsonl"
+    after_help = "Examples:\n  zeus-monitor power.csv 60 100        # GPU 0 for 60 s, 100 ms sleep after each poll\n  zeus-monitor - 0 0 --interval 50 --gpus 0,1 --energy --format jsonl\n  zeus-monitor --restore               # undo GPU changes of killed zeus processes"
 )]
 struct Args {
     /// Output file; `-` for stdout.
-    logfile: String,
+    #[arg(required_unless_present = "restore")]
+    logfile: Option<String>,
     /// How long to log, seconds; 0 runs until interrupted.
-    duration: f64,
+    #[arg(required_unless_present = "restore")]
+    duration: Option<f64>,
     /// Milliseconds to sleep after each poll (0 = poll back to back). Optional with --interval.
     sleep_ms: Option<u64>,
     /// GPU index to log (default 0).
@@ -57,6 +66,12 @@ struct Args {
     /// Also log each GPU's total-energy counter (mJ; Volta and newer).
     #[arg(long)]
     energy: bool,
+    /// Instead of logging: restore the GPU settings (power limits, locked clocks) that zeus
+    /// processes which are no longer running left in the journal ($ZEUS_STATE_DIR, else
+    /// $XDG_STATE_HOME/zeus, else ~/.local/state/zeus, else /var/tmp/zeus), print one line per
+    /// GPU restored, and exit.
+    #[arg(long, conflicts_with_all = ["logfile", "duration", "sleep_ms", "gpu_idx", "gpus", "interval", "energy"])]
+    restore: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -231,12 +246,92 @@ fn usage_error(msg: &str) -> ExitCode {
         .exit()
 }
 
+/// One line for everything restored on one GPU.
+fn describe_restored(items: &[&Restored]) -> String {
+    let parts: Vec<String> = items
+        .iter()
+        .map(|r| {
+            let what = match r.setting {
+                RestoredSetting::PowerLimit { power_limit_mw } => {
+                    format!("restored power limit {power_limit_mw} mW")
+                }
+                RestoredSetting::Clocks(locks) => {
+                    let kinds: Vec<&str> = [(locks.gpu, "GPU"), (locks.memory, "memory")]
+                        .into_iter()
+                        .filter_map(|(on, name)| on.then_some(name))
+                        .collect();
+                    format!("unlocked {} clocks", kinds.join(" and "))
+                }
+            };
+            format!("{what} (journaled by process {})", r.pid)
+        })
+        .collect();
+    format!(
+        "GPU {} ({}): {}",
+        items[0].index,
+        items[0].uuid,
+        parts.join("; ")
+    )
+}
+
+/// `--restore`: undo the journaled changes of dead processes on the visible GPUs.
+fn restore() -> ExitCode {
+    let gpus = match Gpus::from_env() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{}ERROR: {e}", log_prefix());
+            return ExitCode::from(1);
+        }
+    };
+    let journal = Journal::default_location();
+    let report = journal.restore_stale(&gpus, false);
+    let mut stdout = io::stdout().lock();
+    // Entries come GPU by GPU, so grouping consecutive ones gives one line per GPU.
+    for group in report.restored.chunk_by(|a, b| a.index == b.index) {
+        let refs: Vec<&Restored> = group.iter().collect();
+        let _ = writeln!(stdout, "{}", describe_restored(&refs));
+    }
+    let _ = stdout.flush();
+    for f in &report.failed {
+        let kind = f.kind.map_or("settings", |k| match k {
+            Kind::PowerLimit => "power limit",
+            Kind::Clocks => "clock locks",
+        });
+        eprintln!(
+            "{}ERROR: GPU {} ({}): cannot restore {kind}: {}; the entry stays in {}",
+            log_prefix(),
+            f.index,
+            f.uuid.as_deref().unwrap_or("unknown UUID"),
+            f.error,
+            journal.dir().display()
+        );
+    }
+    if report.restored.is_empty() && report.failed.is_empty() {
+        eprintln!(
+            "{}Nothing to restore in {}.",
+            log_prefix(),
+            journal.dir().display()
+        );
+    }
+    if report.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    if !(args.duration.is_finite() && args.duration >= 0.0) {
+    if args.restore {
+        return restore();
+    }
+    // clap requires both unless --restore is given.
+    let (Some(logfile), Some(duration)) = (args.logfile.clone(), args.duration) else {
+        return usage_error("LOGFILE and DURATION are required");
+    };
+    if !(duration.is_finite() && duration >= 0.0) {
         return usage_error(&format!(
-            "DURATION must be a number of seconds >= 0, got {}",
-            args.duration
+            "DURATION must be a number of seconds >= 0, got {duration}"
         ));
     }
     if let Some(ms) = args.interval {
@@ -269,13 +364,13 @@ fn main() -> ExitCode {
         }
     }
 
-    let out: Box<dyn Write> = if args.logfile == "-" {
+    let out: Box<dyn Write> = if logfile == "-" {
         Box::new(BufWriter::new(io::stdout()))
     } else {
-        match File::create(&args.logfile) {
+        match File::create(&logfile) {
             Ok(f) => Box::new(BufWriter::new(f)),
             Err(e) => {
-                eprintln!("{}ERROR: cannot open {}: {e}", log_prefix(), args.logfile);
+                eprintln!("{}ERROR: cannot open {}: {e}", log_prefix(), logfile);
                 return ExitCode::from(1);
             }
         }
@@ -289,12 +384,12 @@ fn main() -> ExitCode {
     };
     install_signal_handlers();
     if let Err(e) = w.header() {
-        eprintln!("{}ERROR: writing {}: {e}", log_prefix(), args.logfile);
+        eprintln!("{}ERROR: writing {}: {e}", log_prefix(), logfile);
         return ExitCode::from(1);
     }
 
     let begin = Instant::now();
-    let end = (args.duration > 0.0).then(|| begin + Duration::from_secs_f64(args.duration));
+    let end = (duration > 0.0).then(|| begin + Duration::from_secs_f64(duration));
     let interval = args.interval.map(|ms| Duration::from_secs_f64(ms / 1000.0));
     let sleep = Duration::from_millis(args.sleep_ms.unwrap_or(0));
     let (mut power, mut energy) = (Vec::new(), Vec::new());
@@ -312,7 +407,7 @@ fn main() -> ExitCode {
         let (unix, time) = stamp(&gpus);
         if let Err(e) = w.row(unix, &time, &power, &energy) {
             if e.kind() != io::ErrorKind::BrokenPipe {
-                eprintln!("{}ERROR: writing {}: {e}", log_prefix(), args.logfile);
+                eprintln!("{}ERROR: writing {}: {e}", log_prefix(), logfile);
                 status = ExitCode::from(1);
             }
             break;
@@ -359,10 +454,10 @@ fn main() -> ExitCode {
     eprintln!(
         "{}Wrote {rows} samples over {span:.3} s to {}{why}; average power: {}",
         log_prefix(),
-        if args.logfile == "-" {
+        if logfile == "-" {
             "stdout"
         } else {
-            &args.logfile
+            logfile.as_str()
         },
         avg.join(", ")
     );
