@@ -11,6 +11,7 @@ import time
 
 import pytest
 import zeus.sim
+from zeus import _core
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
 
 
@@ -116,7 +117,7 @@ CHILD = textwrap.dedent(
         ("wait", signal.SIGINT, -signal.SIGINT),  # KeyboardInterrupt, then atexit
     ],
 )
-def test_clocks_restored_on_exit_paths(mode, sig, code):
+def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, mode],
         stdout=subprocess.PIPE,
@@ -132,3 +133,6 @@ def test_clocks_restored_on_exit_paths(mode, sig, code):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert out.count("RESET") == 1, (out, err)
+    # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.
+    assert journal_dir.is_dir()
+    assert _core.journal_entries(journal_dir) == []

@@ -185,10 +185,10 @@ def describe_restored(restored: dict[str, Any]) -> str:
     else:
         kinds = [
             name
-            for key, name in (("gpu_clocks", "GPU clocks"), ("memory_clocks", "memory clocks"))
+            for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory"))
             if restored.get(key)
         ]
-        what = f"unlocked {' and '.join(kinds) or 'clocks'}"
+        what = f"unlocked {' and '.join(kinds)} clocks"
     return (
         f"GPU {restored['index']} ({restored['uuid']}): {what} "
         f"(journaled by process {restored['pid']})"
