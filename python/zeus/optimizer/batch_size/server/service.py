@@ -240,35 +240,35 @@ def _row_type(fields: tuple[str, ...]) -> Any:
     return row_type
 
 
-def _stmt(stmt: Any) -> _Prepared:
-    return _Prepared(stmt)
-
-
 _B = sa.bindparam
-_SEL_JOB_LOCKED = jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update()
-_SEL_JOB = jobs.select().where(jobs.c.job_id == _B("k_job"))
-_UPD_JOB_PREDICT = (
+_SEL_JOB_LOCKED = _Prepared(jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update())
+_SEL_JOB = _Prepared(jobs.select().where(jobs.c.job_id == _B("k_job")))
+_UPD_JOB_PREDICT = _Prepared(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
     .values(next_trial_number=_B("b_next"), stage=_B("b_stage"), rng_state=_B("b_rng"))
 )
-_UPD_JOB_BEST = (
+_UPD_JOB_BEST = _Prepared(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
     .values(min_cost=_B("b_cost"), min_cost_batch_size=_B("b_bs"))
 )
-_INS_TRIAL = trials.insert().values(
-    job_id=_B("b_job"),
-    trial_number=_B("b_number"),
-    batch_size=_B("b_bs"),
-    type=_B("b_type"),
-    status=STATUS_DISPATCHED,
-    start_timestamp=_B("b_start"),
-    report_count=0,
+_INS_TRIAL = _Prepared(
+    trials.insert().values(
+        job_id=_B("b_job"),
+        trial_number=_B("b_number"),
+        batch_size=_B("b_bs"),
+        type=_B("b_type"),
+        status=STATUS_DISPATCHED,
+        start_timestamp=_B("b_start"),
+        report_count=0,
+    )
 )
 _TRIAL_KEY = (trials.c.job_id == _B("k_job")) & (trials.c.trial_number == _B("number"))
-_SEL_TRIAL = sa.select(trials.c.batch_size, trials.c.status, trials.c.converged).where(_TRIAL_KEY)
-_UPD_TRIAL_PROGRESS = (
+_SEL_TRIAL = _Prepared(
+    sa.select(trials.c.batch_size, trials.c.status, trials.c.converged).where(_TRIAL_KEY)
+)
+_UPD_TRIAL_PROGRESS = _Prepared(
     trials.update()
     .where(_TRIAL_KEY)
     .values(
@@ -277,7 +277,7 @@ _UPD_TRIAL_PROGRESS = (
         metric=_B("b_metric"),
     )
 )
-_UPD_TRIAL_FINISH = (
+_UPD_TRIAL_FINISH = _Prepared(
     trials.update()
     .where(_TRIAL_KEY)
     .values(
@@ -291,10 +291,10 @@ _UPD_TRIAL_FINISH = (
         converged=_B("b_converged"),
     )
 )
-_UPD_TRIAL_FAIL = (
+_UPD_TRIAL_FAIL = _Prepared(
     trials.update().where(_TRIAL_KEY).values(status=STATUS_FAILED, end_timestamp=_B("b_end"))
 )
-_SEL_ARMS = (
+_SEL_ARMS = _Prepared(
     sa.select(
         arms.c.batch_size,
         arms.c.param_mean,
@@ -305,7 +305,7 @@ _SEL_ARMS = (
     .where(arms.c.job_id == _B("k_job"))
     .order_by(arms.c.batch_size)
 )
-_UPD_ARM = (
+_UPD_ARM = _Prepared(
     arms.update()
     .where(arms.c.job_id == _B("k_job"), arms.c.batch_size == _B("bs"))
     .values(
@@ -315,7 +315,7 @@ _UPD_ARM = (
         num_observations=_B("b_n"),
     )
 )
-_SEL_EXPLORATIONS = (
+_SEL_EXPLORATIONS = _Prepared(
     sa.select(
         trials.c.batch_size,
         trials.c.status,
@@ -330,7 +330,7 @@ _SEL_EXPLORATIONS = (
     )
     .order_by(trials.c.trial_number)
 )
-_HISTORY = (
+_HISTORY_QUERY = (
     sa.select(trials.c.time, trials.c.energy)
     .where(
         trials.c.job_id == _B("k_job"),
@@ -339,42 +339,8 @@ _HISTORY = (
     )
     .order_by(trials.c.trial_number.desc())
 )
-_HISTORY_WINDOW = _HISTORY.limit(_B("window", type_=sa.Integer))
-
-(
-    _SEL_JOB_LOCKED,
-    _SEL_JOB,
-    _UPD_JOB_PREDICT,
-    _UPD_JOB_BEST,
-    _INS_TRIAL,
-    _SEL_TRIAL,
-    _UPD_TRIAL_PROGRESS,
-    _UPD_TRIAL_FINISH,
-    _UPD_TRIAL_FAIL,
-    _SEL_ARMS,
-    _UPD_ARM,
-    _SEL_EXPLORATIONS,
-    _HISTORY,
-    _HISTORY_WINDOW,
-) = map(
-    _stmt,
-    (
-        _SEL_JOB_LOCKED,
-        _SEL_JOB,
-        _UPD_JOB_PREDICT,
-        _UPD_JOB_BEST,
-        _INS_TRIAL,
-        _SEL_TRIAL,
-        _UPD_TRIAL_PROGRESS,
-        _UPD_TRIAL_FINISH,
-        _UPD_TRIAL_FAIL,
-        _SEL_ARMS,
-        _UPD_ARM,
-        _SEL_EXPLORATIONS,
-        _HISTORY,
-        _HISTORY_WINDOW,
-    ),
-)
+_HISTORY = _Prepared(_HISTORY_QUERY)
+_HISTORY_WINDOW = _Prepared(_HISTORY_QUERY.limit(_B("window", type_=sa.Integer)))
 
 
 # ---------------------------------------------------------------------------------------------
