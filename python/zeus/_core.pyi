@@ -213,7 +213,8 @@ class PowerLimitSelector:
     def select(self, measurements: list[tuple[int, float, float]]) -> int: ...
 
 # A journal entry, by "kind":
-#   "power_limit": {"kind", "uuid": str, "power_limit_mw": int, "pid": int, "created": int (epoch s)}
+#   "power_limit": {"kind", "uuid": str, "power_limit_mw": int, "pid": int,
+#                   "created": int (epoch s)}
 #   "clocks": {"kind", "uuid": str, "gpu_clocks": bool, "memory_clocks": bool, "pid", "created"}
 # journal_restore's restored dicts: {"index", "uuid", "kind", "pid"} plus the kind's fields;
 # its failed dicts: {"index", "uuid": str | None, "kind": str | None, "error": Exception}.
