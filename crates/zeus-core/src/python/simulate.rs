@@ -66,91 +66,76 @@ fn load<T: Send + Sync>(
     }
 }
 
-struct PyBso<'py> {
+/// A Python object the simulator calls back (a policy or a path sampler). A Python exception
+/// stops the simulation; it is kept here and re-raised as is once the Rust loop has returned.
+struct PyCallback<'py> {
     obj: Bound<'py, PyAny>,
-    job: Bound<'py, PyAny>,
+    /// The `Job` passed to policy methods.
+    job: Option<Bound<'py, PyAny>>,
+    /// What the object is, for the Rust-side error that unwinds the loop.
+    what: &'static str,
     err: Option<PyErr>,
 }
 
-impl PyBso<'_> {
-    fn fail(&mut self, e: PyErr) -> SimError {
-        self.err = Some(e);
-        SimError::InvalidArgument("a Python batch size optimizer raised".into())
+impl<'py> PyCallback<'py> {
+    fn new(obj: Bound<'py, PyAny>, job: Option<Bound<'py, PyAny>>, what: &'static str) -> Self {
+        PyCallback {
+            obj,
+            job,
+            what,
+            err: None,
+        }
+    }
+
+    fn job(&self) -> &Bound<'py, PyAny> {
+        self.job.as_ref().expect("policies are built with the job")
+    }
+
+    /// Keep a Python error, if any, and turn it into the simulator's error.
+    fn check<T>(&mut self, r: PyResult<T>) -> sim::SimResult<T> {
+        r.map_err(|e| {
+            self.err = Some(e);
+            SimError::InvalidArgument(format!("the Python {} raised", self.what))
+        })
     }
 }
 
-impl BatchSizePolicy for PyBso<'_> {
+impl BatchSizePolicy for PyCallback<'_> {
     fn predict(&mut self) -> sim::SimResult<u32> {
-        match self
+        let r = self
             .obj
-            .call_method1("predict", (&self.job,))
-            .and_then(|v| v.extract::<u32>())
-        {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.fail(e)),
-        }
+            .call_method1("predict", (self.job(),))
+            .and_then(|v| v.extract::<u32>());
+        self.check(r)
     }
 
     fn observe(&mut self, bs: u32, cost: f64, reached: bool) -> sim::SimResult<()> {
-        match self
+        let r = self
             .obj
-            .call_method1("observe", (&self.job, bs, cost, reached))
-        {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
+            .call_method1("observe", (self.job(), bs, cost, reached));
+        self.check(r).map(|_| ())
     }
 }
 
-struct PyPlo<'py> {
-    obj: Bound<'py, PyAny>,
-    job: Bound<'py, PyAny>,
-    err: Option<PyErr>,
-}
-
-impl PyPlo<'_> {
-    fn fail(&mut self, e: PyErr) -> SimError {
-        self.err = Some(e);
-        SimError::InvalidArgument("a Python power limit optimizer raised".into())
-    }
-}
-
-impl PowerLimitPolicy for PyPlo<'_> {
+impl PowerLimitPolicy for PyCallback<'_> {
     fn predict(&mut self, bs: u32) -> sim::SimResult<Option<u32>> {
-        match self
+        let r = self
             .obj
-            .call_method1("predict", (&self.job, bs))
-            .and_then(|v| v.extract::<Option<u32>>())
-        {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.fail(e)),
-        }
+            .call_method1("predict", (self.job(), bs))
+            .and_then(|v| v.extract::<Option<u32>>());
+        self.check(r)
     }
 
     fn observe(&mut self, bs: u32, pl: u32, cost: f64) -> sim::SimResult<()> {
-        match self.obj.call_method1("observe", (&self.job, bs, pl, cost)) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.fail(e)),
-        }
+        let r = self.obj.call_method1("observe", (self.job(), bs, pl, cost));
+        self.check(r).map(|_| ())
     }
 }
 
-struct PySampler<'py> {
-    obj: Bound<'py, PyAny>,
-    err: Option<PyErr>,
-}
-
-impl PathSampler for PySampler<'_> {
+impl PathSampler for PyCallback<'_> {
     fn sample(&mut self, n: usize) -> sim::SimResult<usize> {
-        match self.obj.call1((n,)).and_then(|v| v.extract::<usize>()) {
-            Ok(v) => Ok(v),
-            Err(e) => {
-                self.err = Some(e);
-                Err(SimError::InvalidArgument(
-                    "the Python path sampler raised".into(),
-                ))
-            }
-        }
+        let r = self.obj.call1((n,)).and_then(|v| v.extract::<usize>());
+        self.check(r)
     }
 }
 
@@ -370,17 +355,13 @@ impl PySimTable {
             recurrences,
             seed,
         };
-        let mut bso = PyBso {
-            obj: batch_size_optimizer,
-            job: job.clone(),
-            err: None,
-        };
-        let mut plo = PyPlo {
-            obj: power_limit_optimizer,
-            job,
-            err: None,
-        };
-        let mut sampler = path_sampler.map(|obj| PySampler { obj, err: None });
+        let mut bso = PyCallback::new(
+            batch_size_optimizer,
+            Some(job.clone()),
+            "batch size optimizer",
+        );
+        let mut plo = PyCallback::new(power_limit_optimizer, Some(job), "power limit optimizer");
+        let mut sampler = path_sampler.map(|obj| PyCallback::new(obj, None, "path sampler"));
         let result = match sampler.as_mut() {
             Some(smp) => self.inner.simulate_sampled(&mut bso, &mut plo, smp, knobs),
             None => self.inner.simulate(&mut bso, &mut plo, knobs),
