@@ -1,6 +1,6 @@
 """The server's operations, each one database transaction.
 
-Every operation is one transaction: a synchronous function over a SQLAlchemy `Connection` that
+Every operation is one transaction: a synchronous function over a `db.Tx` that
 `db.Database.run` executes. On an existing job it first locks the job's row (see `db.py`),
 reads what it needs, decides with the pure functions of `logic.py` and writes back.
 Nothing about a job is kept in memory between requests, so any number of server processes can
@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import namedtuple
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
 
 from zeus.exception import ZeusBaseError
 from zeus.optimizer.batch_size.common import (
@@ -33,7 +31,7 @@ from zeus.optimizer.batch_size.common import (
     TrialId,
 )
 from zeus.optimizer.batch_size.server import logic
-from zeus.optimizer.batch_size.server.db import Database
+from zeus.optimizer.batch_size.server.db import Database, Statement, Tx
 from zeus.optimizer.batch_size.server.schema import (
     STAGE_MAB,
     STAGE_PRUNING,
@@ -94,8 +92,9 @@ class BsoService:
     """Job registration, batch size prediction and result reporting over one database."""
 
     def __init__(self, db: Database) -> None:
-        """Use `db` (its schema must be migrated)."""
+        """Use `db` (its schema must be migrated); compiles the statements of every request."""
         self.db = db
+        db.prepare(STATEMENTS)
 
     # -- registration -------------------------------------------------------------------------
 
@@ -123,7 +122,7 @@ class BsoService:
             try:
                 await self.db.run(_insert_job, values)
                 return created, True
-            except IntegrityError:
+            except self.db.integrity_errors:
                 if generate:
                     continue  # The random suffix collided; draw another.
             existing = await self.db.run(_read_job_config, job_id)
@@ -179,81 +178,22 @@ class BsoService:
 
 
 # ---------------------------------------------------------------------------------------------
-# Statements of the request path, built once and compiled once per dialect. They run straight
-# on the DBAPI cursor of the transaction's connection: SQLAlchemy's per-execution machinery
-# (cache key, execution context, result wrapping) cost more than the statements themselves on
-# SQLite. Only plain column types are bound (str, int, float, bool), which every driver here
-# takes as is.
-
-
-class _Prepared:
-    """A Core statement compiled per dialect, executed on the raw DBAPI cursor."""
-
-    __slots__ = ("stmt", "_by_dialect")
-
-    def __init__(self, stmt: Any) -> None:
-        self.stmt = stmt
-        self._by_dialect: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {}
-
-    def _compiled(self, conn: sa.Connection) -> tuple[str, tuple[str, ...], dict[str, Any]]:
-        name = conn.dialect.name
-        found = self._by_dialect.get(name)
-        if found is None:
-            compiled = self.stmt.compile(dialect=conn.dialect)
-            if not compiled.positional:
-                raise RuntimeError(f"dialect {name} has a non-positional paramstyle")
-            literals = {k: b.value for k, b in compiled.binds.items() if not b.required}
-            found = (compiled.string, tuple(compiled.positiontup or ()), literals)
-            self._by_dialect[name] = found
-        return found
-
-    def run(self, conn: sa.Connection, params: dict[str, Any]) -> Any:
-        """Execute; returns the DBAPI cursor."""
-        sql, order, literals = self._compiled(conn)
-        values = {**literals, **params}
-        cur = conn.connection.cursor()
-        cur.execute(sql, tuple(values[k] for k in order))
-        return cur
-
-    def rows(self, conn: sa.Connection, params: dict[str, Any]) -> list[Any]:
-        """Execute a SELECT; rows allow attribute access by column name."""
-        cur = self.run(conn, params)
-        fields = tuple(d[0] for d in cur.description)
-        row_type = _row_type(fields)
-        out = [row_type(*r) for r in cur.fetchall()]
-        cur.close()
-        return out
-
-    def first(self, conn: sa.Connection, params: dict[str, Any]) -> Any:
-        """The first row of a SELECT, or None."""
-        rows = self.rows(conn, params)
-        return rows[0] if rows else None
-
-
-_ROW_TYPES: dict[tuple[str, ...], Any] = {}
-
-
-def _row_type(fields: tuple[str, ...]) -> Any:
-    row_type = _ROW_TYPES.get(fields)
-    if row_type is None:
-        row_type = _ROW_TYPES[fields] = namedtuple("Row", fields)  # type: ignore[misc]
-    return row_type
-
+# Statements of the request path, compiled once per dialect (see `db.Statement`).
 
 _B = sa.bindparam
-_SEL_JOB_LOCKED = _Prepared(jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update())
-_SEL_JOB = _Prepared(jobs.select().where(jobs.c.job_id == _B("k_job")))
-_UPD_JOB_PREDICT = _Prepared(
+_SEL_JOB_LOCKED = Statement(jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update())
+_SEL_JOB = Statement(jobs.select().where(jobs.c.job_id == _B("k_job")))
+_UPD_JOB_PREDICT = Statement(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
     .values(next_trial_number=_B("b_next"), stage=_B("b_stage"), rng_state=_B("b_rng"))
 )
-_UPD_JOB_BEST = _Prepared(
+_UPD_JOB_BEST = Statement(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
     .values(min_cost=_B("b_cost"), min_cost_batch_size=_B("b_bs"))
 )
-_INS_TRIAL = _Prepared(
+_INS_TRIAL = Statement(
     trials.insert().values(
         job_id=_B("b_job"),
         trial_number=_B("b_number"),
@@ -265,10 +205,10 @@ _INS_TRIAL = _Prepared(
     )
 )
 _TRIAL_KEY = (trials.c.job_id == _B("k_job")) & (trials.c.trial_number == _B("number"))
-_SEL_TRIAL = _Prepared(
+_SEL_TRIAL = Statement(
     sa.select(trials.c.batch_size, trials.c.status, trials.c.converged).where(_TRIAL_KEY)
 )
-_UPD_TRIAL_PROGRESS = _Prepared(
+_UPD_TRIAL_PROGRESS = Statement(
     trials.update()
     .where(_TRIAL_KEY)
     .values(
@@ -277,7 +217,7 @@ _UPD_TRIAL_PROGRESS = _Prepared(
         metric=_B("b_metric"),
     )
 )
-_UPD_TRIAL_FINISH = _Prepared(
+_UPD_TRIAL_FINISH = Statement(
     trials.update()
     .where(_TRIAL_KEY)
     .values(
@@ -291,10 +231,10 @@ _UPD_TRIAL_FINISH = _Prepared(
         converged=_B("b_converged"),
     )
 )
-_UPD_TRIAL_FAIL = _Prepared(
+_UPD_TRIAL_FAIL = Statement(
     trials.update().where(_TRIAL_KEY).values(status=STATUS_FAILED, end_timestamp=_B("b_end"))
 )
-_SEL_ARMS = _Prepared(
+_SEL_ARMS = Statement(
     sa.select(
         arms.c.batch_size,
         arms.c.param_mean,
@@ -305,7 +245,7 @@ _SEL_ARMS = _Prepared(
     .where(arms.c.job_id == _B("k_job"))
     .order_by(arms.c.batch_size)
 )
-_UPD_ARM = _Prepared(
+_UPD_ARM = Statement(
     arms.update()
     .where(arms.c.job_id == _B("k_job"), arms.c.batch_size == _B("bs"))
     .values(
@@ -315,7 +255,7 @@ _UPD_ARM = _Prepared(
         num_observations=_B("b_n"),
     )
 )
-_SEL_EXPLORATIONS = _Prepared(
+_SEL_EXPLORATIONS = Statement(
     sa.select(
         trials.c.batch_size,
         trials.c.status,
@@ -339,32 +279,48 @@ _HISTORY_QUERY = (
     )
     .order_by(trials.c.trial_number.desc())
 )
-_HISTORY = _Prepared(_HISTORY_QUERY)
-_HISTORY_WINDOW = _Prepared(_HISTORY_QUERY.limit(_B("window", type_=sa.Integer)))
+_HISTORY = Statement(_HISTORY_QUERY)
+_HISTORY_WINDOW = Statement(_HISTORY_QUERY.limit(_B("window", type_=sa.Integer)))
+
+
+def _insert_every_column(table: sa.Table) -> Statement:
+    """INSERT of one row; every column is bound as `v_<column>`."""
+    return Statement(table.insert().values({c.name: _B(f"v_{c.name}") for c in table.columns}))
+
+
+_INS_JOB = _insert_every_column(jobs)
+_INS_ARM = _insert_every_column(arms)
+_DEL_TRIALS = Statement(trials.delete().where(trials.c.job_id == _B("k_job")))
+_DEL_ARMS = Statement(arms.delete().where(arms.c.job_id == _B("k_job")))
+_DEL_JOB = Statement(jobs.delete().where(jobs.c.job_id == _B("k_job")))
+
+# Every statement above, compiled when a server starts (`BsoService.prepare`).
+STATEMENTS = [v for v in list(globals().values()) if isinstance(v, Statement)]
 
 
 # ---------------------------------------------------------------------------------------------
 # Transactions (each runs inside `Database.run`).
 
 
-def _insert_job(conn: sa.Connection, values: dict[str, Any]) -> None:
-    conn.execute(jobs.insert().values(**values))
+def _insert_job(tx: Tx, values: dict[str, Any]) -> None:
+    _INS_JOB.run(tx, {f"v_{k}": v for k, v in values.items()})
 
 
-def _read_job_config(conn: sa.Connection, job_id: str) -> CreatedJob | None:
-    row = _SEL_JOB.first(conn, {"k_job": job_id})
+def _read_job_config(tx: Tx, job_id: str) -> CreatedJob | None:
+    row = _SEL_JOB.first(tx, {"k_job": job_id})
     return None if row is None else _job_config(row)
 
 
-def _delete_job(conn: sa.Connection, job_id: str) -> None:
-    conn.execute(trials.delete().where(trials.c.job_id == job_id))
-    conn.execute(arms.delete().where(arms.c.job_id == job_id))
-    if conn.execute(jobs.delete().where(jobs.c.job_id == job_id)).rowcount == 0:
+def _delete_job(tx: Tx, job_id: str) -> None:
+    key = {"k_job": job_id}
+    _DEL_TRIALS.run(tx, key)
+    _DEL_ARMS.run(tx, key)
+    if _DEL_JOB.run(tx, key).rowcount == 0:
         raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.")
 
 
-def _lock_job(conn: sa.Connection, job_id: str) -> Any:
-    row = _SEL_JOB_LOCKED.first(conn, {"k_job": job_id})
+def _lock_job(tx: Tx, job_id: str) -> Any:
+    row = _SEL_JOB_LOCKED.first(tx, {"k_job": job_id})
     if row is None:
         raise ZeusBSOValueError(
             f"Unknown job({job_id}) in field job_id. Please register the job first."
@@ -372,44 +328,44 @@ def _lock_job(conn: sa.Connection, job_id: str) -> Any:
     return row
 
 
-def _predict(conn: sa.Connection, job_id: str) -> TrialId:
-    job = _lock_job(conn, job_id)
+def _predict(tx: Tx, job_id: str) -> TrialId:
+    job = _lock_job(tx, job_id)
     updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
     if job.stage == STAGE_MAB:
-        bs = _mab_predict(job, _load_arms(conn, job_id), updates)
+        bs = _mab_predict(job, _load_arms(tx, job_id), updates)
         kind = TRIAL_MAB
     else:
         step = logic.next_exploration(
             json.loads(job.batch_sizes),
             job.default_batch_size,
             job.num_pruning_rounds,
-            _load_explorations(conn, job),
+            _load_explorations(tx, job),
         )
         if isinstance(step, logic.ExploreNext):
             bs, kind = step.batch_size, TRIAL_EXPLORATION
         elif isinstance(step, logic.WaitForExploration):
             bs, kind = job.min_cost_batch_size, TRIAL_CONCURRENT
         else:
-            arm_states = _construct_mab(conn, job, step.batch_sizes)
+            arm_states = _construct_mab(tx, job, step.batch_sizes)
             updates["b_stage"] = STAGE_MAB
             bs = _mab_predict(job, arm_states, updates)
             kind = TRIAL_MAB
     number = job.next_trial_number
-    _UPD_JOB_PREDICT.run(conn, {"k_job": job_id, "b_next": number + 1, **updates})
+    _UPD_JOB_PREDICT.run(tx, {"k_job": job_id, "b_next": number + 1, **updates})
     _INS_TRIAL.run(
-        conn,
+        tx,
         {"b_job": job_id, "b_number": number, "b_bs": bs, "b_type": kind, "b_start": time.time()},
     )
     return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
 
 
-def _load_arms(conn: sa.Connection, job_id: str) -> list[logic.ArmState]:
-    return [logic.ArmState(*r) for r in _SEL_ARMS.rows(conn, {"k_job": job_id})]
+def _load_arms(tx: Tx, job_id: str) -> list[logic.ArmState]:
+    return [logic.ArmState(*r) for r in _SEL_ARMS.rows(tx, {"k_job": job_id})]
 
 
-def _load_explorations(conn: sa.Connection, job: Any) -> dict[int, list[logic.Exploration]]:
+def _load_explorations(tx: Tx, job: Any) -> dict[int, list[logic.Exploration]]:
     out: dict[int, list[logic.Exploration]] = {}
-    for bs, status, converged, t, e in _SEL_EXPLORATIONS.rows(conn, {"k_job": job.job_id}):
+    for bs, status, converged, t, e in _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
         if status == STATUS_DISPATCHED:
             exp = logic.Exploration(True, False, 0.0)
         else:
@@ -420,10 +376,10 @@ def _load_explorations(conn: sa.Connection, job: Any) -> dict[int, list[logic.Ex
     return out
 
 
-def _construct_mab(conn: sa.Connection, job: Any, good: list[int]) -> list[logic.ArmState]:
+def _construct_mab(tx: Tx, job: Any, good: list[int]) -> list[logic.ArmState]:
     """Create one arm per surviving batch size, fitted on its explorations' rewards."""
     rewards: dict[int, list[float]] = {bs: [] for bs in good}
-    for bs, _status, _converged, t, e in _SEL_EXPLORATIONS.rows(conn, {"k_job": job.job_id}):
+    for bs, _status, _converged, t, e in _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
         if bs in rewards:
             rewards[bs].append(-zeus_cost(e, t, job.eta_knob, job.max_power))
     states = [
@@ -431,20 +387,18 @@ def _construct_mab(conn: sa.Connection, job: Any, good: list[int]) -> list[logic
         for bs in sorted(good)
     ]
     logic.logger.info("Construct MAB for %s with arms %s", job.job_id, sorted(good))
-    conn.execute(
-        arms.insert(),
-        [
+    for s in states:
+        _INS_ARM.run(
+            tx,
             {
-                "job_id": job.job_id,
-                "batch_size": s.batch_size,
-                "param_mean": s.param_mean,
-                "param_precision": s.param_precision,
-                "reward_precision": s.reward_precision,
-                "num_observations": s.num_observations,
-            }
-            for s in states
-        ],
-    )
+                "v_job_id": job.job_id,
+                "v_batch_size": s.batch_size,
+                "v_param_mean": s.param_mean,
+                "v_param_precision": s.param_precision,
+                "v_reward_precision": s.reward_precision,
+                "v_num_observations": s.num_observations,
+            },
+        )
     return states
 
 
@@ -455,10 +409,10 @@ def _mab_predict(job: Any, arm_states: list[logic.ArmState], updates: dict[str, 
     return bs
 
 
-def _report(conn: sa.Connection, result: TrainingResult) -> ReportResponse:
-    job = _lock_job(conn, result.job_id)
+def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
+    job = _lock_job(tx, result.job_id)
     key = {"k_job": result.job_id, "number": result.trial_number}
-    trial = _SEL_TRIAL.first(conn, key)
+    trial = _SEL_TRIAL.first(tx, key)
     if trial is None:
         raise ZeusBSOValueError(
             f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
@@ -493,12 +447,12 @@ def _report(conn: sa.Connection, result: TrainingResult) -> ReportResponse:
     )
     progress = {**key, "b_epoch": result.current_epoch, "b_metric": result.metric}
     if not decision.stop:
-        _UPD_TRIAL_PROGRESS.run(conn, progress)
+        _UPD_TRIAL_PROGRESS.run(tx, progress)
         return ReportResponse(stop_train=False, converged=False, message=decision.message)
     if job.stage == STAGE_MAB:
-        _refit_arm(conn, job, result)
+        _refit_arm(tx, job, result)
     _UPD_TRIAL_FINISH.run(
-        conn,
+        tx,
         {
             **progress,
             "b_end": time.time(),
@@ -509,11 +463,11 @@ def _report(conn: sa.Connection, result: TrainingResult) -> ReportResponse:
     )
     # Only converged trials move the best cost (the reference's bug is fixed here).
     if decision.converged and (job.min_cost is None or cost < job.min_cost):
-        _UPD_JOB_BEST.run(conn, {"k_job": job.job_id, "b_cost": cost, "b_bs": result.batch_size})
+        _UPD_JOB_BEST.run(tx, {"k_job": job.job_id, "b_cost": cost, "b_bs": result.batch_size})
     return ReportResponse(stop_train=True, converged=decision.converged, message=decision.message)
 
 
-def _refit_arm(conn: sa.Connection, job: Any, result: TrainingResult) -> None:
+def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     """Refit the arm of the reported batch size on its most recent `window_size` results.
 
     The window holds the `window_size - 1` latest finished trials of this batch size (any
@@ -523,15 +477,15 @@ def _refit_arm(conn: sa.Connection, job: Any, result: TrainingResult) -> None:
     """
     params: dict[str, Any] = {"k_job": job.job_id, "bs": result.batch_size}
     if job.window_size > 0:
-        history = _HISTORY_WINDOW.rows(conn, {**params, "window": job.window_size - 1})
+        history = _HISTORY_WINDOW.rows(tx, {**params, "window": job.window_size - 1})
     else:
-        history = _HISTORY.rows(conn, params)
+        history = _HISTORY.rows(tx, params)
     history.reverse()
     rewards = [-zeus_cost(e, t, job.eta_knob, job.max_power) for t, e in history]
     rewards.append(-zeus_cost(result.energy, result.time, job.eta_knob, job.max_power))
     s = logic.fit_arm(result.batch_size, job.mab_prior_mean, job.mab_prior_precision, rewards)
     _UPD_ARM.run(
-        conn,
+        tx,
         {
             **params,
             "b_mean": s.param_mean,
@@ -542,11 +496,11 @@ def _refit_arm(conn: sa.Connection, job: Any, result: TrainingResult) -> None:
     )
 
 
-def _end_trial(conn: sa.Connection, trial: TrialId) -> None:
+def _end_trial(tx: Tx, trial: TrialId) -> None:
     key = {"k_job": trial.job_id, "number": trial.trial_number}
     found = None
-    if _SEL_JOB_LOCKED.first(conn, {"k_job": trial.job_id}) is not None:
-        found = _SEL_TRIAL.first(conn, key)
+    if _SEL_JOB_LOCKED.first(tx, {"k_job": trial.job_id}) is not None:
+        found = _SEL_TRIAL.first(tx, key)
     if found is None:
         raise ZeusBSONotFoundError(
             f"Could not find trial_number {trial.trial_number} of job {trial.job_id}."
@@ -557,4 +511,4 @@ def _end_trial(conn: sa.Connection, trial: TrialId) -> None:
             f"{trial.trial_number}'s batch size {found.batch_size}."
         )
     if found.status == STATUS_DISPATCHED:
-        _UPD_TRIAL_FAIL.run(conn, {**key, "b_end": time.time()})
+        _UPD_TRIAL_FAIL.run(tx, {**key, "b_end": time.time()})
