@@ -429,10 +429,14 @@ def test_bearer_token_required_when_configured(database: Database) -> None:
     try:
         with httpx.Client(base_url=srv.base_url, timeout=30) as http:
             spec = job_spec()
+            trial = {"job_id": spec["job_id"], "batch_size": 1024, "trial_number": 1}
+            report_body = dict(trial, time=1.0, energy=1.0, metric=0.6, current_epoch=1)
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "t0ken"}):
                 for method, url, kwargs in (
                     ("POST", "/jobs", {"json": spec}),
                     ("GET", "/jobs/batch_size", {"params": {"job_id": spec["job_id"]}}),
+                    ("POST", "/report", {"json": report_body}),
+                    ("PATCH", "/trials", {"json": trial}),
                     ("DELETE", "/jobs", {"params": {"job_id": spec["job_id"]}}),
                 ):
                     r = http.request(method, url, headers=headers, **kwargs)
@@ -442,6 +446,9 @@ def test_bearer_token_required_when_configured(database: Database) -> None:
             assert http.post("/jobs", json=spec, headers=ok).status_code == 201
             r = http.get("/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=ok)
             assert r.status_code == 200
+            assert r.json() == trial
+            r = http.post("/report", json=report_body, headers=ok)
+            assert r.status_code == 200, r.text
     finally:
         srv.stop()
 

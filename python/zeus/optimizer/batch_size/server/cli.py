@@ -63,6 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     import uvicorn
 
+    from zeus.optimizer.batch_size.server.keepalive import UVICORN_KEEPALIVE_TIMEOUT
+
     uvicorn.run(
         APP_FACTORY,
         factory=True,
@@ -71,6 +73,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         workers=args.workers,
         access_log=args.access_log,
         log_level="info",
+        # The keep-alive policy (keepalive.py) assumes uvicorn's idle timeout; pin it.
+        timeout_keep_alive=int(UVICORN_KEEPALIVE_TIMEOUT),
+        server_header=False,
     )
 
 

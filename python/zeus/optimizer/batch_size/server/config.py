@@ -25,6 +25,10 @@ class ZeusBsoSettings(BaseSettings):
         log_level: Level of the server's loggers (`ZEUS_BSO_LOG_LEVEL`).
         pool_size: Database connections per server process (`ZEUS_BSO_POOL_SIZE`); SQLite
             always uses one, since its writers serialise anyway.
+        max_keepalive: Each server process keeps connections open between requests while at
+            most this many distinct connections sent requests in the last 5 s
+            (`ZEUS_BSO_MAX_KEEPALIVE`); busier than that, every response closes its
+            connection. 0 always closes. See `keepalive.py` for why.
 
     """
 
@@ -36,6 +40,7 @@ class ZeusBsoSettings(BaseSettings):
     echo_sql: bool = False
     log_level: str = "INFO"
     pool_size: int = Field(default=10, gt=0)
+    max_keepalive: int = Field(default=8, ge=0)
 
     @field_validator("log_level")
     @classmethod
