@@ -3,14 +3,26 @@
 Starts `python -m zeus.optimizer.batch_size.server` on a fresh database and runs the shared load
 generator (`bso_load.py BASE_URL CLIENTS CYCLES`, which speaks the reference REST API) at 1 and
 32 clients. Besides its output, prints the CPU time per cycle of the server and of the load
-generator (one Python process using httpx, which on a small machine costs more CPU per cycle
-than the server and then bounds the throughput).
+generator: one Python process using httpx, which on a small machine costs more CPU per cycle
+than the server and then bounds what can be measured.
+
+Two more measurements put the figures in context, since this machine's speed varies:
+- `--floor`: the same generator against a server that does no work (a canned answer per
+  endpoint, on asyncio streams), once with kept-alive connections and once closing them. This
+  is the best any server could score here and now.
+- `--in-process`: CPU per trial cycle of the ASGI application itself, called directly (no
+  HTTP, no generator), through the per-epoch short path and through FastAPI's routes.
 
 Usage:
-    python benchmarks/bso_bench.py [--load .../bso_load.py] [--backends sqlite,postgres]
-        [--cycles1 300] [--cycles32 20] [--workers 1]
+    python benchmarks/bso_bench.py [--load ../shared/bench/bso_load.py]
+        [--backends sqlite,postgres] [--cycles1 300] [--cycles32 20] [--workers 1]
+        [--split N] [--floor] [--in-process] [--pg-async-commit]
 
-PostgreSQL: uses $ZEUS_BSO_TEST_POSTGRES_URL, else starts one with `.ci/postgres.sh`.
+PostgreSQL: uses $ZEUS_BSO_TEST_POSTGRES_URL, else starts one with `.ci/postgres.sh`. Its
+commits are durable by default (an fsync per transaction, two per cycle);
+`--pg-async-commit` sets `synchronous_commit = off` on the benchmark's database to show what
+that costs.
+
 Targets (issue 7): 32 clients >= 4x the reference's 52-60 cycles/s with p99 < 250 ms;
 1 client p50 < 3 ms.
 """
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import socket
@@ -28,13 +41,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_LOAD = Path("/work/shared/bench/bso_load.py")
+DEFAULT_LOAD = ROOT.parent / "shared" / "bench" / "bso_load.py"
+SHAPES = ((1, "cycles1"), (32, "cycles32"))
 
 
 def free_port() -> int:
@@ -60,87 +75,105 @@ def children_cpu(pid: int) -> float:
     return total
 
 
-async def pg_admin(url: str, sql: str) -> None:
+def wait_for(base: str, log: Path) -> None:
+    for _ in range(600):
+        try:
+            httpx.get(f"{base}/jobs/batch_size", timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server did not start; see {log}")
+
+
+def run_load(args: argparse.Namespace, base: str, server_pid: int, label: str) -> None:
+    """Run the generator at 1 and 32 clients; print its line and the CPU used per cycle."""
+    for clients, attr in SHAPES:
+        cycles = getattr(args, attr)
+        before = children_cpu(server_pid)
+        gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out = subprocess.run(
+            [sys.executable, str(args.load), base, str(clients), str(cycles)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        used = children_cpu(server_pid) - before
+        gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        gen = (gen_after.ru_utime - gen_before.ru_utime) + (
+            gen_after.ru_stime - gen_before.ru_stime
+        )
+        n = clients * cycles
+        print(
+            f"[{label}] {out} | cpu per cycle: server {1e3 * used / n:.2f} ms, "
+            f"load generator {1e3 * gen / n:.2f} ms",
+            flush=True,
+        )
+        # Let the keep-alive policy see the previous run's connections go quiet.
+        time.sleep(6)
+
+
+# -- the server on SQLite and PostgreSQL ------------------------------------------------------
+
+
+async def pg_admin(url: str, *statements: str) -> None:
     engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
-            await conn.execute(sa.text(sql))
+            for sql in statements:
+                await conn.execute(sa.text(sql))
     finally:
         await engine.dispose()
 
 
-def postgres_url() -> str:
+def postgres_url(async_commit: bool) -> str:
     url = os.environ.get("ZEUS_BSO_TEST_POSTGRES_URL")
     if not url:
         url = subprocess.run(
             [str(ROOT / ".ci" / "postgres.sh")], check=True, capture_output=True, text=True
         ).stdout.strip()
     name = f"bso_bench_{uuid.uuid4().hex[:8]}"
-    asyncio.run(pg_admin(url, f'CREATE DATABASE "{name}"'))
+    statements = [f'CREATE DATABASE "{name}"']
+    if async_commit:
+        statements.append(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+    asyncio.run(pg_admin(url, *statements))
     return url.rsplit("/", 1)[0] + "/" + name
 
 
-def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
+def drop_postgres(url: str) -> None:
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    asyncio.run(pg_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def database_url(backend: str, args: argparse.Namespace, tmp: Path) -> str:
     if backend == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
-    else:
-        url = postgres_url()
-        subprocess.run(
-            [sys.executable, "-m", "zeus.optimizer.batch_size.server", "migrate"],
-            env={**os.environ, "ZEUS_BSO_DATABASE_URL": url},
-            check=True,
-            capture_output=True,
-        )
+        return f"sqlite+aiosqlite:///{tmp / f'bench-{uuid.uuid4().hex[:6]}.db'}"
+    url = postgres_url(args.pg_async_commit)
+    subprocess.run(
+        [sys.executable, "-m", "zeus.optimizer.batch_size.server", "migrate"],
+        env={**os.environ, "ZEUS_BSO_DATABASE_URL": url},
+        check=True,
+        capture_output=True,
+    )
+    return url
+
+
+def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
+    url = database_url(backend, args, tmp)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log = open(tmp / f"server-{backend}.log", "wb")  # noqa: SIM115
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "zeus.optimizer.batch_size.server",
-            "--port",
-            str(port),
-            "--database-url",
-            url,
-            "--workers",
-            str(args.workers),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log_path = tmp / f"server-{backend}.log"
+    log = open(log_path, "wb")  # noqa: SIM115
+    cmd = [sys.executable, "-m", "zeus.optimizer.batch_size.server", "--port", str(port)]
+    cmd += ["--database-url", url, "--workers", str(args.workers)]
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    label = backend + (" async commit" if backend == "postgres" and args.pg_async_commit else "")
     try:
-        for _ in range(600):
-            try:
-                httpx.get(f"{base}/openapi.json", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(f"server did not start; see {log.name}")
-        for clients, cycles in ((1, args.cycles1), (32, args.cycles32)):
-            before = children_cpu(server.pid)
-            gen_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            out = subprocess.run(
-                [sys.executable, str(args.load), base, str(clients), str(cycles)],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            used = children_cpu(server.pid) - before
-            gen_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            gen = (gen_after.ru_utime - gen_before.ru_utime) + (
-                gen_after.ru_stime - gen_before.ru_stime
-            )
-            n = clients * cycles
-            print(
-                f"[{backend}] {out} | cpu per cycle: server {1e3 * used / n:.2f} ms, "
-                f"load generator {1e3 * gen / n:.2f} ms",
-                flush=True,
-            )
+        wait_for(base, log_path)
+        run_load(args, base, server.pid, label)
         if args.split > 1:
-            # The same 32 clients spread over several generator processes: shows what the
-            # server sustains when one Python generator process is no longer the bottleneck.
+            # The same 32 clients spread over several generator processes: what the server
+            # sustains when one Python generator process is no longer the bottleneck.
             per = 32 // args.split
             procs = [
                 subprocess.Popen(
@@ -154,7 +187,7 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
             total = sum(float(o.split("throughput=")[1].split()[0]) for o in outs)
             p99 = max(float(o.split("p99=")[1].split("ms")[0]) for o in outs)
             print(
-                f"[{backend}] {args.split} generators x {per} clients: "
+                f"[{label}] {args.split} generators x {per} clients: "
                 f"throughput={total:.1f} cycles/s, worst p99={p99:.1f}ms",
                 flush=True,
             )
@@ -163,9 +196,165 @@ def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
         server.wait(timeout=30)
         log.close()
         if backend == "postgres":
-            admin = url.rsplit("/", 1)[0] + "/postgres"
-            name = url.rsplit("/", 1)[1]
-            asyncio.run(pg_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            drop_postgres(url)
+
+
+# -- the floor: a server that does no work ---------------------------------------------------
+
+_CANNED = {
+    b"/jobs/batch_size": b'{"job_id":"load-x","batch_size":128,"trial_number":1}',
+    b"/report": b'{"stop_train":true,"converged":true,"message":"Train succeeded"}',
+    b"/jobs": b'{"job_id":"load-x"}',
+}
+
+
+async def _serve_canned(port: int, close: bool) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                path = lines[0].split(b" ")[1].split(b"?")[0]
+                length = 0
+                for line in lines[1:]:
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                if length:
+                    await reader.readexactly(length)
+                body = _CANNED.get(path, b"{}")
+                status = b"201 Created" if path == b"/jobs" else b"200 OK"
+                extra = b"connection: close\r\n" if close else b""
+                writer.write(
+                    b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+                    b"content-length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
+                )
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+def run_floor(args: argparse.Namespace, tmp: Path) -> None:
+    for close in (False, True):
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        flag = "--canned-close" if close else "--canned-keepalive"
+        server = subprocess.Popen([sys.executable, __file__, flag, str(port)])
+        try:
+            wait_for(base, tmp / "canned")
+            label = "floor, " + ("connection: close" if close else "keep-alive")
+            run_load(args, base, server.pid, label)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+# -- in-process: the application without HTTP ------------------------------------------------
+
+
+async def _asgi_call(app: Any, method: str, path: str, query: bytes, body: bytes) -> bytes:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": [(b"host", b"bench"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if not received:
+            received = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    chunks: list[bytes] = []
+    status = 0
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        else:
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    if status not in (200, 201):
+        raise RuntimeError(f"{method} {path}: {status} {b''.join(chunks)!r}")
+    return b"".join(chunks)
+
+
+async def _in_process(url: str, cycles: int, hot: bool) -> float:
+    from fastapi import FastAPI
+    from zeus.optimizer.batch_size.server.app import create_app
+    from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
+
+    app = create_app(ZeusBsoSettings(database_url=url, auto_migrate=True))
+
+    async def fastapi_only(scope: Any, receive: Any, send: Any) -> None:
+        await FastAPI.__call__(app, scope, receive, send)
+
+    entry = app if hot else fastapi_only
+    spec = {
+        "job_id": None,
+        "job_id_prefix": "bench",
+        "batch_sizes": [32, 64, 128, 256, 512],
+        "default_batch_size": 128,
+        "mab_seed": 123456,
+        "max_power": 300,
+        "number_of_gpus": 1,
+        "gpu_model": "A40",
+    }
+    async with app.router.lifespan_context(app):
+        jobs = []
+        for _ in range(32):
+            created = await _asgi_call(entry, "POST", "/jobs", b"", json.dumps(spec).encode())
+            jobs.append(json.loads(created)["job_id"])
+
+        async def cycle(job: str) -> None:
+            raw = await _asgi_call(entry, "GET", "/jobs/batch_size", f"job_id={job}".encode(), b"")
+            trial = json.loads(raw)
+            bs = trial["batch_size"]
+            result = dict(trial, time=10.0 + bs / 100, energy=1000.0 + bs, metric=0.6)
+            result["current_epoch"] = 1
+            await _asgi_call(entry, "POST", "/report", b"", json.dumps(result).encode())
+
+        for job in jobs:  # Warm up.
+            await cycle(job)
+        start = time.process_time()
+        for i in range(cycles):
+            await cycle(jobs[i % len(jobs)])
+        return (time.process_time() - start) / cycles
+
+
+def run_in_process(backend: str, args: argparse.Namespace, tmp: Path) -> None:
+    for hot in (True, False):
+        url = database_url(backend, args, tmp)
+        try:
+            per_cycle = asyncio.run(_in_process(url, args.cycles_in_process, hot))
+        finally:
+            if backend == "postgres":
+                drop_postgres(url)
+        path = "short path" if hot else "FastAPI routes"
+        print(
+            f"[{backend}, in-process, {path}] {1e6 * per_cycle:.0f} us CPU per cycle "
+            f"({args.cycles_in_process} cycles over 32 jobs)",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -174,14 +363,30 @@ def main() -> None:
     p.add_argument("--backends", default="sqlite,postgres")
     p.add_argument("--cycles1", type=int, default=300)
     p.add_argument("--cycles32", type=int, default=20)
+    p.add_argument("--cycles-in-process", type=int, default=2000)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--split", type=int, default=2, help="also run 32 clients over N generators")
+    p.add_argument("--split", type=int, default=1, help="also run 32 clients over N generators")
+    p.add_argument("--floor", action="store_true", help="also measure a zero-work server")
+    p.add_argument("--in-process", action="store_true", help="also measure the app in-process")
+    p.add_argument("--pg-async-commit", action="store_true")
+    p.add_argument("--canned-keepalive", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--canned-close", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
+    canned_port = args.canned_keepalive or args.canned_close
+    if canned_port:
+        asyncio.run(_serve_canned(canned_port, close=bool(args.canned_close)))
+        return
     if not args.load.is_file():
         raise SystemExit(f"load generator {args.load} not found")
+    print(f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     with tempfile.TemporaryDirectory(prefix="bso-bench-") as tmp:
+        if args.floor:
+            run_floor(args, Path(tmp))
         for backend in args.backends.split(","):
             run_backend(backend, args, Path(tmp))
+            if args.in_process:
+                run_in_process(backend, args, Path(tmp))
+    print(f"load average {os.getloadavg()[0]:.2f} at end", flush=True)
 
 
 if __name__ == "__main__":
