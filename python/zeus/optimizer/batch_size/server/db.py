@@ -1,4 +1,4 @@
-"""Engine creation, transactions and schema migration.
+"""Database access: transactions, statements and schema migration.
 
 Concurrency model: every request is one short transaction that first locks the job's row, so
 all reads and writes of one job are serialised by the database itself, also across server
@@ -7,29 +7,32 @@ every transaction starts with `BEGIN IMMEDIATE`, which takes the database's writ
 front (readers keep going thanks to WAL mode). Registration relies on the primary key and
 retries on a conflict.
 
-Execution model: a transaction is one synchronous function over a `Tx`, which hands out DBAPI
-cursors; the service runs SQLAlchemy Core statements compiled once per dialect (`Statement`)
-on them. SQLAlchemy's per-execution machinery (cache key, execution context, result wrapping,
-transaction events) cost more CPU than the statements themselves on SQLite.
+Execution model: a transaction is one coroutine function over a `Tx`, which executes
+SQLAlchemy Core statements compiled once per dialect (`Statement`) directly on the driver.
+SQLAlchemy's per-execution machinery (cache key, execution context, result wrapping,
+transaction events, and on PostgreSQL its greenlet bridge to asyncpg) cost more CPU than the
+statements themselves.
 
-- On PostgreSQL (asyncpg) the function runs through `AsyncConnection.run_sync`, so every
-  statement awaits the network without blocking the event loop.
-- On SQLite it runs directly on the event loop thread, on one long-lived `sqlite3` connection
-  with `BEGIN IMMEDIATE` ... `COMMIT` issued by hand: a statement on a local file takes
+- PostgreSQL: an asyncpg connection pool; asyncpg prepares each statement once per connection.
+- SQLite: one long-lived `sqlite3` connection used on the event loop thread, with
+  `BEGIN IMMEDIATE` ... `COMMIT` issued by hand. A statement on a local file takes
   microseconds, far less than the two thread hops per statement aiosqlite would cost, and with
-  one connection per process the requests would queue for it anyway. The price is that a
-  process waiting for another process's SQLite write lock stalls its loop; deployments with
-  several server processes should use PostgreSQL.
+  one connection per process the requests would queue for it anyway. The transaction
+  coroutine must therefore run to completion without suspending (nothing else may use the
+  connection meanwhile); `Database.run` enforces that. The price is that a process waiting
+  for another process's SQLite write lock stalls its loop; deployments with several server
+  processes should use PostgreSQL.
 
-Migrations (Alembic) go through ordinary SQLAlchemy connections of the same engine.
+Migrations (Alembic) go through ordinary SQLAlchemy connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import namedtuple
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -55,35 +58,87 @@ def sqlite_sync_url(url: str) -> sa.URL:
     return sa.make_url(url).set(drivername="sqlite")
 
 
+def asyncpg_dsn(url: str) -> str:
+    """The libpq-style DSN asyncpg takes, from an SQLAlchemy PostgreSQL URL."""
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 class Tx:
-    """A transaction in progress: DBAPI cursors, and the dialect to compile statements for."""
+    """A transaction in progress, as the service's functions see it."""
 
-    __slots__ = ("dbapi_connection", "dialect", "echo")
+    __slots__ = ("dialect", "echo")
 
-    def __init__(self, dbapi_connection: Any, dialect: sa.Dialect, echo: bool = False) -> None:
-        """Wrap a DBAPI connection that is inside a transaction."""
-        self.dbapi_connection = dbapi_connection
+    def __init__(self, dialect: sa.Dialect, echo: bool) -> None:
+        """Statements are compiled for `dialect`; `echo` logs each one."""
         self.dialect = dialect
         self.echo = echo
 
-    def cursor(self) -> Any:
-        """A new DBAPI cursor of the transaction."""
-        return self.dbapi_connection.cursor()
+    async def fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """Execute a query; its rows as tuples."""
+        raise NotImplementedError
+
+    async def execute(self, sql: str, args: tuple[Any, ...]) -> int:
+        """Execute a statement; the number of rows it changed."""
+        raise NotImplementedError
+
+
+class SqliteTx(Tx):
+    """A transaction on a `sqlite3` connection (whose methods never suspend)."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any, dialect: sa.Dialect, echo: bool) -> None:
+        """Use `connection`, which the caller has put inside a transaction."""
+        super().__init__(dialect, echo)
+        self.connection = connection
+
+    async def fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """Execute a query; its rows as tuples."""
+        return self.connection.execute(sql, args).fetchall()
+
+    async def execute(self, sql: str, args: tuple[Any, ...]) -> int:
+        """Execute a statement; the number of rows it changed."""
+        return self.connection.execute(sql, args).rowcount
+
+
+class AsyncpgTx(Tx):
+    """A transaction on an asyncpg connection."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any, dialect: sa.Dialect, echo: bool) -> None:
+        """Use `connection`, which the caller has put inside a transaction."""
+        super().__init__(dialect, echo)
+        self.connection = connection
+
+    async def fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
+        """Execute a query; its rows as tuples."""
+        return await self.connection.fetch(sql, *args)
+
+    async def execute(self, sql: str, args: tuple[Any, ...]) -> int:
+        """Execute a statement; the number of rows it changed."""
+        status = await self.connection.execute(sql, *args)  # e.g. "UPDATE 1", "INSERT 0 1"
+        return int(status.rsplit(" ", 1)[1])
 
 
 class Statement:
-    """A Core statement compiled once per dialect and executed on a DBAPI cursor.
+    """A Core statement compiled once per dialect and executed straight on the driver.
 
     Bind parameters are either named (`sa.bindparam("name")`, given to `run`) or values bound
     in the statement. Only plain column types are bound (str, int, float, bool, None), which
-    every driver here takes as they are, so SQLAlchemy's type processing is not needed.
+    both drivers take as they are, so SQLAlchemy's type processing is not needed.
     """
 
-    __slots__ = ("stmt", "_by_dialect")
+    __slots__ = ("stmt", "row_type", "_by_dialect")
 
     def __init__(self, stmt: Any) -> None:
         """Wrap `stmt` (compiled on first use for each dialect)."""
         self.stmt = stmt
+        # Rows of a SELECT allow attribute access by column name.
+        self.row_type: Any = None
+        if isinstance(stmt, sa.Select):
+            names = tuple(c.name for c in stmt.selected_columns)
+            self.row_type = namedtuple("Row", names)  # type: ignore[misc]
         self._by_dialect: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {}
 
     def compiled(self, dialect: sa.Dialect) -> tuple[str, tuple[str, ...], dict[str, Any]]:
@@ -98,52 +153,45 @@ class Statement:
             self._by_dialect[dialect.name] = found
         return found
 
-    def run(self, tx: Tx, params: dict[str, Any]) -> Any:
-        """Execute; returns the DBAPI cursor."""
+    def _args(self, tx: Tx, params: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
         sql, order, literals = self.compiled(tx.dialect)
         values = {**literals, **params} if literals else params
         args = tuple(values[k] for k in order)
         if tx.echo:
             sql_logger.info("%s %r", sql, args)
-        cur = tx.cursor()
-        cur.execute(sql, args)
-        return cur
+        return sql, args
 
-    def rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
-        """Execute a SELECT; rows allow attribute access by column name."""
-        cur = self.run(tx, params)
-        row_type = _row_type(tuple(d[0] for d in cur.description))
-        out = [row_type(*r) for r in cur.fetchall()]
-        cur.close()
-        return out
+    async def run(self, tx: Tx, params: dict[str, Any]) -> int:
+        """Execute an INSERT, UPDATE or DELETE; the number of rows it changed."""
+        return await tx.execute(*self._args(tx, params))
 
-    def first(self, tx: Tx, params: dict[str, Any]) -> Any:
+    async def rows(self, tx: Tx, params: dict[str, Any]) -> list[Any]:
+        """Execute a SELECT; its rows."""
+        make = self.row_type._make
+        return [make(r) for r in await tx.fetch(*self._args(tx, params))]
+
+    async def first(self, tx: Tx, params: dict[str, Any]) -> Any:
         """The first row of a SELECT, or None."""
-        rows = self.rows(tx, params)
+        rows = await self.rows(tx, params)
         return rows[0] if rows else None
-
-
-_ROW_TYPES: dict[tuple[str, ...], Any] = {}
-
-
-def _row_type(fields: tuple[str, ...]) -> Any:
-    row_type = _ROW_TYPES.get(fields)
-    if row_type is None:
-        row_type = _ROW_TYPES[fields] = namedtuple("Row", fields)  # type: ignore[misc]
-    return row_type
 
 
 class Database:
     """Runs transactions on the configured database (see the module docstring)."""
 
     def __init__(self, url: str, *, pool_size: int = 10, echo: bool = False) -> None:
-        """Create the engine for `url` (an async SQLAlchemy URL, or any SQLite URL)."""
+        """Prepare access to `url` (an async SQLAlchemy URL, or any SQLite URL).
+
+        Connections open on first use.
+        """
         self.url = url
         self.echo = echo
+        self.pool_size = pool_size
         self.sync_engine: sa.Engine | None = None
-        self.async_engine: AsyncEngine | None = None
         self._sqlite_fairy: Any = None
-        self._sqlite_tx: Tx | None = None
+        self._sqlite_tx: SqliteTx | None = None
+        self._pg_pool: Any = None
+        self._pg_pool_lock: Optional[asyncio.Lock] = None
         if is_sqlite_url(url):
             # One connection, shared by the migrations and the requests: SQLite serialises
             # writers anyway, every transaction runs to completion without yielding, and an
@@ -155,55 +203,69 @@ class Database:
                 connect_args={"check_same_thread": False, "timeout": 30},
             )
             _tune_sqlite(self.sync_engine)
+            self.dialect: sa.Dialect = self.sync_engine.dialect
             self.integrity_errors: tuple[type[BaseException], ...] = (
-                sa.exc.IntegrityError,
-                self.sync_engine.dialect.loaded_dbapi.IntegrityError,
+                self.dialect.loaded_dbapi.IntegrityError,
             )
         else:
-            self.async_engine = create_async_engine(
-                url,
-                echo=echo,
-                pool_size=pool_size,
-                max_overflow=pool_size,
-                pool_timeout=120,
-                pool_pre_ping=True,
-            )
-            self.integrity_errors = (
-                sa.exc.IntegrityError,
-                self.async_engine.dialect.loaded_dbapi.IntegrityError,
-            )
+            from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(tx, *args)` in one transaction; commit on return, roll back on raise."""
+            if not sa.make_url(url).get_backend_name() == "postgresql":
+                raise ValueError(
+                    f"database_url {url!r}: only SQLite and PostgreSQL (asyncpg) are supported"
+                )
+            import asyncpg
+
+            self.dialect = asyncpg_dialect()
+            self.integrity_errors = (asyncpg.IntegrityConstraintViolationError,)
+
+    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run `await fn(tx, *args)` in one transaction; commit on return, roll back on raise.
+
+        Raises:
+            RuntimeError: on SQLite, `fn` suspended (awaited something other than the
+                transaction's own statements).
+
+        """
         if self.sync_engine is not None:
             tx = self._sqlite_tx or self._open_sqlite()
-            cx = tx.dbapi_connection
+            cx = tx.connection
             cx.execute("BEGIN IMMEDIATE")
             try:
-                result = fn(tx, *args)
+                result = _run_without_suspending(fn(tx, *args))
                 cx.execute("COMMIT")
             except BaseException:
                 if cx.in_transaction:
                     cx.rollback()
                 raise
             return result
-        assert self.async_engine is not None
-        async with self.async_engine.begin() as aconn:
-            return await aconn.run_sync(_in_tx, self.echo, fn, args)
+        pool = self._pg_pool or await self._open_pg_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            return await fn(AsyncpgTx(conn, self.dialect, self.echo), *args)
 
-    def _open_sqlite(self) -> Tx:
+    def _open_sqlite(self) -> SqliteTx:
         assert self.sync_engine is not None
         self._sqlite_fairy = self.sync_engine.raw_connection()
         driver = self._sqlite_fairy.driver_connection
-        self._sqlite_tx = Tx(driver, self.sync_engine.dialect, self.echo)
+        self._sqlite_tx = SqliteTx(driver, self.dialect, self.echo)
         return self._sqlite_tx
 
-    @property
-    def dialect(self) -> sa.Dialect:
-        """The SQL dialect of the database."""
-        engine = self.sync_engine or self.async_engine
-        assert engine is not None
-        return engine.dialect
+    async def _open_pg_pool(self) -> Any:
+        import asyncpg
+
+        if self._pg_pool_lock is None:
+            self._pg_pool_lock = asyncio.Lock()
+        async with self._pg_pool_lock:
+            if self._pg_pool is None:
+                self._pg_pool = await asyncpg.create_pool(
+                    asyncpg_dsn(self.url),
+                    min_size=1,
+                    max_size=self.pool_size,
+                    # Transactions leave no session state behind, so a connection goes back
+                    # to the pool without asyncpg's reset query (a round trip per request).
+                    reset=_no_reset,
+                )
+        return self._pg_pool
 
     def prepare(self, statements: list[Statement]) -> None:
         """Compile `statements` now rather than on their first request."""
@@ -220,9 +282,12 @@ class Database:
             with self.sync_engine.begin() as conn:
                 _upgrade(conn, revision)
             return
-        assert self.async_engine is not None
-        async with self.async_engine.begin() as aconn:
-            await aconn.run_sync(_upgrade, revision)
+        engine: AsyncEngine = create_async_engine(self.url, echo=self.echo, poolclass=sa.NullPool)
+        try:
+            async with engine.begin() as aconn:
+                await aconn.run_sync(_upgrade, revision)
+        finally:
+            await engine.dispose()
 
     async def dispose(self) -> None:
         """Close every connection."""
@@ -232,12 +297,25 @@ class Database:
             self._sqlite_tx = None
         if self.sync_engine is not None:
             self.sync_engine.dispose()
-        if self.async_engine is not None:
-            await self.async_engine.dispose()
+        if self._pg_pool is not None:
+            await self._pg_pool.close()
+            self._pg_pool = None
 
 
-def _in_tx(conn: sa.Connection, echo: bool, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-    return fn(Tx(conn.connection, conn.dialect, echo), *args)
+async def _no_reset(_connection: Any) -> None:
+    return None
+
+
+def _run_without_suspending(coro: Any) -> Any:
+    """Run a coroutine that must complete without suspending; its result."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError(
+        "an SQLite transaction function suspended; it may only await its own statements"
+    )
 
 
 def _tune_sqlite(engine: sa.Engine) -> None:

@@ -302,25 +302,25 @@ STATEMENTS = [v for v in list(globals().values()) if isinstance(v, Statement)]
 # Transactions (each runs inside `Database.run`).
 
 
-def _insert_job(tx: Tx, values: dict[str, Any]) -> None:
-    _INS_JOB.run(tx, {f"v_{k}": v for k, v in values.items()})
+async def _insert_job(tx: Tx, values: dict[str, Any]) -> None:
+    await _INS_JOB.run(tx, {f"v_{k}": v for k, v in values.items()})
 
 
-def _read_job_config(tx: Tx, job_id: str) -> CreatedJob | None:
-    row = _SEL_JOB.first(tx, {"k_job": job_id})
+async def _read_job_config(tx: Tx, job_id: str) -> CreatedJob | None:
+    row = await _SEL_JOB.first(tx, {"k_job": job_id})
     return None if row is None else _job_config(row)
 
 
-def _delete_job(tx: Tx, job_id: str) -> None:
+async def _delete_job(tx: Tx, job_id: str) -> None:
     key = {"k_job": job_id}
-    _DEL_TRIALS.run(tx, key)
-    _DEL_ARMS.run(tx, key)
-    if _DEL_JOB.run(tx, key).rowcount == 0:
+    await _DEL_TRIALS.run(tx, key)
+    await _DEL_ARMS.run(tx, key)
+    if await _DEL_JOB.run(tx, key) == 0:
         raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.")
 
 
-def _lock_job(tx: Tx, job_id: str) -> Any:
-    row = _SEL_JOB_LOCKED.first(tx, {"k_job": job_id})
+async def _lock_job(tx: Tx, job_id: str) -> Any:
+    row = await _SEL_JOB_LOCKED.first(tx, {"k_job": job_id})
     if row is None:
         raise ZeusBSOValueError(
             f"Unknown job({job_id}) in field job_id. Please register the job first."
@@ -328,44 +328,44 @@ def _lock_job(tx: Tx, job_id: str) -> Any:
     return row
 
 
-def _predict(tx: Tx, job_id: str) -> TrialId:
-    job = _lock_job(tx, job_id)
+async def _predict(tx: Tx, job_id: str) -> TrialId:
+    job = await _lock_job(tx, job_id)
     updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
     if job.stage == STAGE_MAB:
-        bs = _mab_predict(job, _load_arms(tx, job_id), updates)
+        bs = _mab_predict(job, await _load_arms(tx, job_id), updates)
         kind = TRIAL_MAB
     else:
         step = logic.next_exploration(
             json.loads(job.batch_sizes),
             job.default_batch_size,
             job.num_pruning_rounds,
-            _load_explorations(tx, job),
+            await _load_explorations(tx, job),
         )
         if isinstance(step, logic.ExploreNext):
             bs, kind = step.batch_size, TRIAL_EXPLORATION
         elif isinstance(step, logic.WaitForExploration):
             bs, kind = job.min_cost_batch_size, TRIAL_CONCURRENT
         else:
-            arm_states = _construct_mab(tx, job, step.batch_sizes)
+            arm_states = await _construct_mab(tx, job, step.batch_sizes)
             updates["b_stage"] = STAGE_MAB
             bs = _mab_predict(job, arm_states, updates)
             kind = TRIAL_MAB
     number = job.next_trial_number
-    _UPD_JOB_PREDICT.run(tx, {"k_job": job_id, "b_next": number + 1, **updates})
-    _INS_TRIAL.run(
+    await _UPD_JOB_PREDICT.run(tx, {"k_job": job_id, "b_next": number + 1, **updates})
+    await _INS_TRIAL.run(
         tx,
         {"b_job": job_id, "b_number": number, "b_bs": bs, "b_type": kind, "b_start": time.time()},
     )
     return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
 
 
-def _load_arms(tx: Tx, job_id: str) -> list[logic.ArmState]:
-    return [logic.ArmState(*r) for r in _SEL_ARMS.rows(tx, {"k_job": job_id})]
+async def _load_arms(tx: Tx, job_id: str) -> list[logic.ArmState]:
+    return [logic.ArmState(*r) for r in await _SEL_ARMS.rows(tx, {"k_job": job_id})]
 
 
-def _load_explorations(tx: Tx, job: Any) -> dict[int, list[logic.Exploration]]:
+async def _load_explorations(tx: Tx, job: Any) -> dict[int, list[logic.Exploration]]:
     out: dict[int, list[logic.Exploration]] = {}
-    for bs, status, converged, t, e in _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
+    for bs, status, converged, t, e in await _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
         if status == STATUS_DISPATCHED:
             exp = logic.Exploration(True, False, 0.0)
         else:
@@ -376,10 +376,10 @@ def _load_explorations(tx: Tx, job: Any) -> dict[int, list[logic.Exploration]]:
     return out
 
 
-def _construct_mab(tx: Tx, job: Any, good: list[int]) -> list[logic.ArmState]:
+async def _construct_mab(tx: Tx, job: Any, good: list[int]) -> list[logic.ArmState]:
     """Create one arm per surviving batch size, fitted on its explorations' rewards."""
     rewards: dict[int, list[float]] = {bs: [] for bs in good}
-    for bs, _status, _converged, t, e in _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
+    for bs, _status, _converged, t, e in await _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
         if bs in rewards:
             rewards[bs].append(-zeus_cost(e, t, job.eta_knob, job.max_power))
     states = [
@@ -388,7 +388,7 @@ def _construct_mab(tx: Tx, job: Any, good: list[int]) -> list[logic.ArmState]:
     ]
     logic.logger.info("Construct MAB for %s with arms %s", job.job_id, sorted(good))
     for s in states:
-        _INS_ARM.run(
+        await _INS_ARM.run(
             tx,
             {
                 "v_job_id": job.job_id,
@@ -409,10 +409,10 @@ def _mab_predict(job: Any, arm_states: list[logic.ArmState], updates: dict[str, 
     return bs
 
 
-def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
-    job = _lock_job(tx, result.job_id)
+async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
+    job = await _lock_job(tx, result.job_id)
     key = {"k_job": result.job_id, "number": result.trial_number}
-    trial = _SEL_TRIAL.first(tx, key)
+    trial = await _SEL_TRIAL.first(tx, key)
     if trial is None:
         raise ZeusBSOValueError(
             f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
@@ -447,11 +447,11 @@ def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
     )
     progress = {**key, "b_epoch": result.current_epoch, "b_metric": result.metric}
     if not decision.stop:
-        _UPD_TRIAL_PROGRESS.run(tx, progress)
+        await _UPD_TRIAL_PROGRESS.run(tx, progress)
         return ReportResponse(stop_train=False, converged=False, message=decision.message)
     if job.stage == STAGE_MAB:
-        _refit_arm(tx, job, result)
-    _UPD_TRIAL_FINISH.run(
+        await _refit_arm(tx, job, result)
+    await _UPD_TRIAL_FINISH.run(
         tx,
         {
             **progress,
@@ -463,11 +463,12 @@ def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
     )
     # Only converged trials move the best cost (the reference's bug is fixed here).
     if decision.converged and (job.min_cost is None or cost < job.min_cost):
-        _UPD_JOB_BEST.run(tx, {"k_job": job.job_id, "b_cost": cost, "b_bs": result.batch_size})
+        best = {"k_job": job.job_id, "b_cost": cost, "b_bs": result.batch_size}
+        await _UPD_JOB_BEST.run(tx, best)
     return ReportResponse(stop_train=True, converged=decision.converged, message=decision.message)
 
 
-def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
+async def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     """Refit the arm of the reported batch size on its most recent `window_size` results.
 
     The window holds the `window_size - 1` latest finished trials of this batch size (any
@@ -477,14 +478,14 @@ def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     """
     params: dict[str, Any] = {"k_job": job.job_id, "bs": result.batch_size}
     if job.window_size > 0:
-        history = _HISTORY_WINDOW.rows(tx, {**params, "window": job.window_size - 1})
+        history = await _HISTORY_WINDOW.rows(tx, {**params, "window": job.window_size - 1})
     else:
-        history = _HISTORY.rows(tx, params)
+        history = await _HISTORY.rows(tx, params)
     history.reverse()
     rewards = [-zeus_cost(e, t, job.eta_knob, job.max_power) for t, e in history]
     rewards.append(-zeus_cost(result.energy, result.time, job.eta_knob, job.max_power))
     s = logic.fit_arm(result.batch_size, job.mab_prior_mean, job.mab_prior_precision, rewards)
-    _UPD_ARM.run(
+    await _UPD_ARM.run(
         tx,
         {
             **params,
@@ -496,11 +497,11 @@ def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     )
 
 
-def _end_trial(tx: Tx, trial: TrialId) -> None:
+async def _end_trial(tx: Tx, trial: TrialId) -> None:
     key = {"k_job": trial.job_id, "number": trial.trial_number}
     found = None
-    if _SEL_JOB_LOCKED.first(tx, {"k_job": trial.job_id}) is not None:
-        found = _SEL_TRIAL.first(tx, key)
+    if await _SEL_JOB_LOCKED.first(tx, {"k_job": trial.job_id}) is not None:
+        found = await _SEL_TRIAL.first(tx, key)
     if found is None:
         raise ZeusBSONotFoundError(
             f"Could not find trial_number {trial.trial_number} of job {trial.job_id}."
@@ -511,4 +512,4 @@ def _end_trial(tx: Tx, trial: TrialId) -> None:
             f"{trial.trial_number}'s batch size {found.batch_size}."
         )
     if found.status == STATUS_DISPATCHED:
-        _UPD_TRIAL_FAIL.run(tx, {**key, "b_end": time.time()})
+        await _UPD_TRIAL_FAIL.run(tx, {**key, "b_end": time.time()})
