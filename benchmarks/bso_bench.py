@@ -7,9 +7,10 @@ generator: one Python process using httpx, which on a small machine costs more C
 than the server and then bounds what can be measured.
 
 Two more measurements put the figures in context, since this machine's speed varies:
-- `--floor`: the same generator against a server that does no work (a canned answer per
-  endpoint, on asyncio streams), once with kept-alive connections and once closing them. This
-  is the best any server could score here and now.
+- `--floor`: the same generator against servers that do no work (a canned answer per
+  endpoint): on bare asyncio streams, once with kept-alive connections and once closing them,
+  and as a trivial ASGI app under uvicorn (the HTTP server the real one runs on). This is the
+  best any server, or any app on uvicorn, could score here and now.
 - `--in-process`: CPU per trial cycle of the ASGI application itself, called directly (no
   HTTP, no generator), through the per-epoch short path and through FastAPI's routes.
 
@@ -240,15 +241,36 @@ async def _serve_canned(port: int, close: bool) -> None:
         await server.serve_forever()
 
 
+async def _canned_asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    path = scope["path"].encode()
+    body = _CANNED.get(path, b"{}")
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    status = 201 if path == b"/jobs" else 200
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _serve_canned_uvicorn(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(_canned_asgi, port=port, access_log=False, log_level="warning", server_header=False)
+
+
 def run_floor(args: argparse.Namespace, tmp: Path) -> None:
-    for close in (False, True):
+    for flag, label in (
+        ("--canned-keepalive", "floor, asyncio, keep-alive"),
+        ("--canned-close", "floor, asyncio, connection: close"),
+        ("--canned-uvicorn", "floor, trivial app on uvicorn"),
+    ):
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        flag = "--canned-close" if close else "--canned-keepalive"
         server = subprocess.Popen([sys.executable, __file__, flag, str(port)])
         try:
             wait_for(base, tmp / "canned")
-            label = "floor, " + ("connection: close" if close else "keep-alive")
             run_load(args, base, server.pid, label)
         finally:
             server.terminate()
@@ -371,7 +393,11 @@ def main() -> None:
     p.add_argument("--pg-async-commit", action="store_true")
     p.add_argument("--canned-keepalive", type=int, help=argparse.SUPPRESS)
     p.add_argument("--canned-close", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--canned-uvicorn", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.canned_uvicorn:
+        _serve_canned_uvicorn(args.canned_uvicorn)
+        return
     canned_port = args.canned_keepalive or args.canned_close
     if canned_port:
         asyncio.run(_serve_canned(canned_port, close=bool(args.canned_close)))
