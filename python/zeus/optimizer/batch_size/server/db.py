@@ -64,12 +64,16 @@ def asyncpg_dsn(url: str) -> str:
 
 
 class Tx:
-    """A transaction in progress, as the service's functions see it."""
+    """A transaction in progress on one driver connection, as the service's functions see it."""
 
-    __slots__ = ("dialect", "echo")
+    __slots__ = ("connection", "dialect", "echo")
 
-    def __init__(self, dialect: sa.Dialect, echo: bool) -> None:
-        """Statements are compiled for `dialect`; `echo` logs each one."""
+    def __init__(self, connection: Any, dialect: sa.Dialect, echo: bool) -> None:
+        """Use `connection`, which the caller has put inside a transaction.
+
+        Statements are compiled for `dialect`; `echo` logs each one.
+        """
+        self.connection = connection
         self.dialect = dialect
         self.echo = echo
 
@@ -85,12 +89,7 @@ class Tx:
 class SqliteTx(Tx):
     """A transaction on a `sqlite3` connection (whose methods never suspend)."""
 
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: Any, dialect: sa.Dialect, echo: bool) -> None:
-        """Use `connection`, which the caller has put inside a transaction."""
-        super().__init__(dialect, echo)
-        self.connection = connection
+    __slots__ = ()
 
     async def fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         """Execute a query; its rows as tuples."""
@@ -104,12 +103,7 @@ class SqliteTx(Tx):
 class AsyncpgTx(Tx):
     """A transaction on an asyncpg connection."""
 
-    __slots__ = ("connection",)
-
-    def __init__(self, connection: Any, dialect: sa.Dialect, echo: bool) -> None:
-        """Use `connection`, which the caller has put inside a transaction."""
-        super().__init__(dialect, echo)
-        self.connection = connection
+    __slots__ = ()
 
     async def fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         """Execute a query; its rows as tuples."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hmac
 import json
-from typing import Any, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Awaitable, Mapping, Optional, Sequence, TypeVar
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
@@ -165,12 +165,7 @@ class BsoApp(FastAPI):
         return self.state.service
 
     async def _predict(self, job_id: str, send: Any) -> None:
-        try:
-            trial = await self._service.predict(job_id)
-        except Exception as e:
-            await _send_error(e, send)
-            return
-        await _send_json(send, 200, trial.model_dump_json().encode())
+        await _answer(self._service.predict(job_id), send)
 
     async def _report(self, body: Optional[bytes], send: Any) -> None:
         if body is None:
@@ -182,12 +177,20 @@ class BsoApp(FastAPI):
         except RequestValidationError as e:
             await _send_json(send, 422, render_json(validation_error_content(e.errors())))
             return
-        try:
-            response = await self._service.report(result)
-        except Exception as e:
-            await _send_error(e, send)
-            return
-        await _send_json(send, 200, response.model_dump_json().encode())
+        await _answer(self._service.report(result), send)
+
+
+async def _answer(call: Awaitable[BaseModel], send: Any) -> None:
+    """Send the model a service call returns, or the error it raises."""
+    try:
+        model = await call
+    except Exception as e:
+        err = server_error(e)
+        if err is None:
+            raise  # Not ours: the ASGI server logs it and answers 500.
+        await _send_json(send, err.status_code, render_json({"message": err.message}))
+        return
+    await _send_json(send, 200, model.model_dump_json().encode())
 
 
 def _last_query_value(query_string: bytes, name: str) -> Optional[str]:
@@ -214,13 +217,6 @@ async def _read_body(receive: Any, limit: int) -> Optional[bytes]:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-async def _send_error(exc: Exception, send: Any) -> None:
-    err = server_error(exc)
-    if err is None:
-        raise exc  # Not ours: the ASGI server logs it and answers 500.
-    await _send_json(send, err.status_code, render_json({"message": err.message}))
 
 
 async def _send_json(send: Any, status: int, body: bytes, close: bool = False) -> None:
