@@ -130,7 +130,11 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     assert line.strip() == "READY", proc.stderr.read() if proc.stderr else ""
     if sig is not None:
         proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    # Read the rest through the same file object: readline() may already hold "RESET" in its
+    # buffer (the normal exit prints it right after READY), which communicate() would miss.
+    out = proc.stdout.read()
+    err = proc.stderr.read() if proc.stderr else ""
+    proc.wait(timeout=60)
     assert proc.returncode == code, err
     assert out.count("RESET") == 1, (out, err)
     # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.
