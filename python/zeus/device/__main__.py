@@ -71,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     from zeus.device import get_gpus
-    from zeus.optimizer.power_limit.guard import describe_restored
+    from zeus.device.journal import describe_restored
 
     done, failed = _core.journal_restore(get_gpus(), args.all, state_dir)
     for r in done:

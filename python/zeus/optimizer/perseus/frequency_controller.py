@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from zeus import _core
 from zeus.device import get_gpus
+from zeus.device.journal import restore_stale
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
@@ -89,8 +90,6 @@ class FrequencyController:
         # Put back what a killed earlier run left behind before locking anything. The restore
         # runs in Rust on the process's GPUs object; a wrapper passed as `gpus` (e.g. a spy)
         # wraps that same process-wide object.
-        from zeus.optimizer.power_limit.guard import restore_stale
-
         core_gpus = self.gpus if isinstance(self.gpus, _core.GPUs) else get_gpus()
         restore_stale(core_gpus, journal_dir=self.journal_dir)
         mem = max(self.gpus.get_supported_memory_clocks(device_id))

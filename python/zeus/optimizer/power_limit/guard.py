@@ -11,9 +11,9 @@ and it restores the originals and clears the journal:
   so the process still dies of SIGTERM).
 
 SIGKILL cannot be caught: the journal survives it, and the next optimizer on the machine (or
-`python -m zeus.device restore`, or `zeus-monitor --restore`) puts the originals back.
-`restore_stale` undoes every kind of journaled change, including clocks locked by
-`zeus.optimizer.perseus.FrequencyController`.
+`python -m zeus.device restore`, or `zeus-monitor --restore`) puts the originals back through
+`zeus.device.journal.restore_stale`, which undoes every kind of journaled change, including
+clocks locked by `zeus.optimizer.perseus.FrequencyController`.
 """
 
 from __future__ import annotations
@@ -176,53 +176,3 @@ class PowerLimitGuard:
         logger.info(
             "Restored the original power limits %s mW of GPUs %s.", originals, self.gpu_indices
         )
-
-
-def describe_restored(restored: dict[str, Any]) -> str:
-    """One line for a dict of `zeus._core.journal_restore`'s `restored` list."""
-    if restored["kind"] == "power_limit":
-        what = f"restored power limit {restored['power_limit_mw']} mW"
-    else:
-        kinds = [
-            name
-            for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory"))
-            if restored.get(key)
-        ]
-        what = f"unlocked {' and '.join(kinds)} clocks"
-    return (
-        f"GPU {restored['index']} ({restored['uuid']}): {what} "
-        f"(journaled by process {restored['pid']})"
-    )
-
-
-def restore_stale(
-    gpus: Any, include_live: bool = False, journal_dir: str | Path | None = None
-) -> list[dict[str, Any]]:
-    """Undo the journaled changes (power limits, locked clocks) left by processes that are gone.
-
-    Every kind on every visible GPU is tried (`zeus._core.journal_restore`); what cannot be
-    restored is logged as a warning and stays journaled for the next try.
-
-    Args:
-        gpus: The `GPUs` object.
-        include_live: Also restore entries of processes that still run.
-        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
-
-    Returns:
-        The restored entries: dicts with `index`, `uuid`, `kind` (`power_limit` or `clocks`),
-        `pid`, and `power_limit_mw` or `gpu_clocks` / `memory_clocks`. Failures (including an
-        unreadable or corrupt journal file, as `OSError`) are logged, not raised.
-
-    """
-    restored, failed = _core.journal_restore(gpus, include_live, journal_dir)
-    for r in restored:
-        logger.warning("%s, which ended without restoring it.", describe_restored(r))
-    for f in failed:
-        logger.warning(
-            "Cannot restore the journaled %s of GPU %d (%s): %s; the entry is kept.",
-            (f["kind"] or "settings").replace("_", " "),
-            f["index"],
-            f["uuid"],
-            f["error"],
-        )
-    return restored

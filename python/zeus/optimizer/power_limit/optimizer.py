@@ -47,7 +47,8 @@ from typing import Any, Union
 from zeus.callback import Callback
 from zeus.device import get_gpus
 from zeus.device.exception import ZeusGPUNoPermissionError, ZeusGPUNotSupportedError
-from zeus.optimizer.power_limit.guard import PowerLimitGuard, restore_stale
+from zeus.device.journal import restore_stale
+from zeus.optimizer.power_limit.guard import PowerLimitGuard
 from zeus.optimizer.power_limit.models import (
     Done,
     PowerLimitMeasurement,
