@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections import namedtuple
 from typing import Any
 
 import sqlalchemy as sa
@@ -183,6 +184,23 @@ class BsoService:
 _B = sa.bindparam
 _SEL_JOB_LOCKED = Statement(jobs.select().where(jobs.c.job_id == _B("k_job")).with_for_update())
 _SEL_JOB = Statement(jobs.select().where(jobs.c.job_id == _B("k_job")))
+_SEL_JOB_LOCKED_WITH_TRIAL = Statement(
+    sa.select(
+        jobs,
+        trials.c.batch_size.label("trial_batch_size"),
+        trials.c.status.label("trial_status"),
+        trials.c.converged.label("trial_converged"),
+    )
+    .select_from(
+        jobs.outerjoin(
+            trials,
+            (trials.c.job_id == jobs.c.job_id) & (trials.c.trial_number == _B("number")),
+        )
+    )
+    .where(jobs.c.job_id == _B("k_job"))
+    .with_for_update(of=jobs)
+)
+_TrialOfReport = namedtuple("_TrialOfReport", "batch_size status converged")
 _UPD_JOB_PREDICT = Statement(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
@@ -322,10 +340,14 @@ async def _delete_job(tx: Tx, job_id: str) -> None:
 async def _lock_job(tx: Tx, job_id: str) -> Any:
     row = await _SEL_JOB_LOCKED.first(tx, {"k_job": job_id})
     if row is None:
-        raise ZeusBSOValueError(
-            f"Unknown job({job_id}) in field job_id. Please register the job first."
-        )
+        raise _unknown_job(job_id)
     return row
+
+
+def _unknown_job(job_id: str) -> ZeusBSOValueError:
+    return ZeusBSOValueError(
+        f"Unknown job({job_id}) in field job_id. Please register the job first."
+    )
 
 
 async def _predict(tx: Tx, job_id: str) -> TrialId:
@@ -410,13 +432,16 @@ def _mab_predict(job: Any, arm_states: list[logic.ArmState], updates: dict[str, 
 
 
 async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
-    job = await _lock_job(tx, result.job_id)
     key = {"k_job": result.job_id, "number": result.trial_number}
-    trial = await _SEL_TRIAL.first(tx, key)
-    if trial is None:
+    # The job's row (locked) and the trial's columns in one round trip.
+    job = await _SEL_JOB_LOCKED_WITH_TRIAL.first(tx, key)
+    if job is None:
+        raise _unknown_job(result.job_id)
+    if job.trial_status is None:
         raise ZeusBSOValueError(
             f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
         )
+    trial = _TrialOfReport(job.trial_batch_size, job.trial_status, job.trial_converged)
     batch_sizes = json.loads(job.batch_sizes)
     if result.batch_size not in batch_sizes:
         raise ZeusBSOValueError(
