@@ -13,11 +13,17 @@ Two more measurements put the figures in context, since this machine's speed var
   best any server, or any app on uvicorn, could score here and now.
 - `--in-process`: CPU per trial cycle of the ASGI application itself, called directly (no
   HTTP, no generator), through the per-epoch short path and through FastAPI's routes.
+- `--reference PYTHON`: the reference server side by side, on SQLite, run by an interpreter
+  that has it. Zeus 0.8.2's wheel lacks the server; zeus-ml 0.9.1 ships the same FastAPI +
+  SQLAlchemy design and needs pydantic 1:
+      python -m venv /tmp/refbso && /tmp/refbso/bin/pip install \
+          'zeus-ml[bso-server]==0.9.1' 'fastapi==0.110.3' 'pydantic<2' \
+          'uvicorn[standard]' aiosqlite greenlet httpx
 
 Usage:
     python benchmarks/bso_bench.py [--load ../shared/bench/bso_load.py]
         [--backends sqlite,postgres] [--cycles1 300] [--cycles32 20] [--workers 1]
-        [--split N] [--floor] [--in-process] [--pg-async-commit]
+        [--split N] [--floor] [--in-process] [--pg-async-commit] [--reference PYTHON]
 
 PostgreSQL: uses $ZEUS_BSO_TEST_POSTGRES_URL, else starts one with `.ci/postgres.sh`. Its
 commits are durable by default (an fsync per transaction, two per cycle);
@@ -277,6 +283,37 @@ def run_floor(args: argparse.Namespace, tmp: Path) -> None:
             server.wait(timeout=30)
 
 
+# -- the reference server, side by side ---------------------------------------------------
+
+_REFERENCE_SCHEMA = (
+    "import sys, sqlalchemy as sa\n"
+    "from zeus.optimizer.batch_size.server.database.schema import Base\n"
+    "Base.metadata.create_all(sa.create_engine('sqlite:///' + sys.argv[1]))\n"
+)
+
+
+def run_reference(args: argparse.Namespace, tmp: Path) -> None:
+    db = tmp / f"reference-{uuid.uuid4().hex[:6]}.db"
+    # Its own zeus, not ours: no PYTHONPATH pointing at this checkout.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["ZEUS_BSO_DATABASE_URL"] = f"sqlite+aiosqlite:///{db}"
+    subprocess.run([args.reference, "-c", _REFERENCE_SCHEMA, str(db)], check=True, env=env)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log_path = tmp / "reference.log"
+    log = open(log_path, "wb")  # noqa: SIM115
+    cmd = [args.reference, "-m", "uvicorn", "zeus.optimizer.batch_size.server.router:app"]
+    cmd += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(base, log_path)
+        run_load(args, base, server.pid, "reference (zeus-ml, sqlite)")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
 # -- in-process: the application without HTTP ------------------------------------------------
 
 
@@ -391,6 +428,7 @@ def main() -> None:
     p.add_argument("--floor", action="store_true", help="also measure a zero-work server")
     p.add_argument("--in-process", action="store_true", help="also measure the app in-process")
     p.add_argument("--pg-async-commit", action="store_true")
+    p.add_argument("--reference", help="Python interpreter with the reference server")
     p.add_argument("--canned-keepalive", type=int, help=argparse.SUPPRESS)
     p.add_argument("--canned-close", type=int, help=argparse.SUPPRESS)
     p.add_argument("--canned-uvicorn", type=int, help=argparse.SUPPRESS)
@@ -408,6 +446,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bso-bench-") as tmp:
         if args.floor:
             run_floor(args, Path(tmp))
+        if args.reference:
+            run_reference(args, Path(tmp))
         for backend in args.backends.split(","):
             run_backend(backend, args, Path(tmp))
             if args.in_process:
