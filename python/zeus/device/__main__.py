@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from zeus import _core
+from zeus.device.journal import describe_restored, locked_clocks
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,17 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if e.get("kind", "power_limit") == "power_limit":
                 what = f"original power limit {e['power_limit_mw']} mW"
             else:
-                locked = [
-                    name
-                    for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory"))
-                    if e.get(key)
-                ]
-                what = f"{' and '.join(locked)} clocks locked (original: unlocked)"
+                what = f"{locked_clocks(e)} clocks locked (original: unlocked)"
             print(f"{e['uuid']}: {what} (process {e['pid']}, {alive})")
         return 0
 
     from zeus.device import get_gpus
-    from zeus.device.journal import describe_restored
 
     done, failed = _core.journal_restore(get_gpus(), args.all, state_dir)
     for r in done:

@@ -19,17 +19,20 @@ from zeus.util.logging import get_logger
 logger = get_logger(__name__)
 
 
+def locked_clocks(entry: dict[str, Any]) -> str:
+    """Which clocks a clock entry of the journal says were locked: "GPU", "GPU and memory"."""
+    kinds = [
+        name for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory")) if entry.get(key)
+    ]
+    return " and ".join(kinds)
+
+
 def describe_restored(restored: dict[str, Any]) -> str:
     """One line for a dict of `zeus._core.journal_restore`'s `restored` list."""
     if restored["kind"] == "power_limit":
         what = f"restored power limit {restored['power_limit_mw']} mW"
     else:
-        kinds = [
-            name
-            for key, name in (("gpu_clocks", "GPU"), ("memory_clocks", "memory"))
-            if restored.get(key)
-        ]
-        what = f"unlocked {' and '.join(kinds)} clocks"
+        what = f"unlocked {locked_clocks(restored)} clocks"
     return (
         f"GPU {restored['index']} ({restored['uuid']}): {what} "
         f"(journaled by process {restored['pid']})"
