@@ -10,6 +10,7 @@ import pytest
 from bso_helpers import BACKENDS
 from bso_helpers import Database as FreshDatabase
 from zeus.optimizer.batch_size.server import service
+from zeus.optimizer.batch_size.server.db import AsyncpgTx as AsyncpgTxForTest
 from zeus.optimizer.batch_size.server.db import Database, Statement, Tx, asyncpg_dsn
 from zeus.optimizer.batch_size.server.schema import jobs
 
@@ -114,3 +115,25 @@ def test_urls() -> None:
     )
     with pytest.raises(ValueError, match="'mysql://h/db': only SQLite and PostgreSQL"):
         Database("mysql://h/db")
+
+
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+def test_pg_connection_left_in_a_transaction_is_rolled_back(database: FreshDatabase) -> None:
+    """A request cancelled mid-transaction must not hand the next one an open transaction."""
+
+    async def go() -> int:
+        db = Database(database.url, pool_size=1)  # One connection: the next run reuses it.
+        try:
+            await db.migrate()
+            pool = await db._open_pg_pool()
+            async with pool.acquire() as conn:
+                await conn.execute("BEGIN")
+                await service._insert_job(
+                    AsyncpgTxForTest(conn, db.dialect, False), _job_values("t-lost")
+                )
+            await db.run(service._insert_job, _job_values("t-1"))
+            return await db.run(_count_jobs)
+        finally:
+            await db.dispose()
+
+    assert asyncio.run(go()) == 1  # t-lost was rolled back, t-1 committed.

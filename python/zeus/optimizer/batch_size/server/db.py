@@ -257,7 +257,9 @@ class Database:
                     max_size=self.pool_size,
                     # Transactions leave no session state behind, so a connection goes back
                     # to the pool without asyncpg's reset query (a round trip per request).
-                    reset=_no_reset,
+                    # asyncpg still rolls back a transaction left open (a cancelled request)
+                    # before calling this; tests/optimizer/batch_size/test_db.py checks it.
+                    reset=_keep_session,
                 )
         return self._pg_pool
 
@@ -296,7 +298,7 @@ class Database:
             self._pg_pool = None
 
 
-async def _no_reset(_connection: Any) -> None:
+async def _keep_session(_connection: Any) -> None:
     return None
 
 
