@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import namedtuple
 from typing import Any
 
 import sqlalchemy as sa
@@ -200,7 +199,6 @@ _SEL_JOB_LOCKED_WITH_TRIAL = Statement(
     .where(jobs.c.job_id == _B("k_job"))
     .with_for_update(of=jobs)
 )
-_TrialOfReport = namedtuple("_TrialOfReport", "batch_size status converged")
 _UPD_JOB_PREDICT = Statement(
     jobs.update()
     .where(jobs.c.job_id == _B("k_job"))
@@ -235,13 +233,9 @@ _UPD_TRIAL_PROGRESS = Statement(
         metric=_B("b_metric"),
     )
 )
+# The progress update, plus the trial's end.
 _UPD_TRIAL_FINISH = Statement(
-    trials.update()
-    .where(_TRIAL_KEY)
-    .values(
-        report_count=trials.c.report_count + 1,
-        current_epoch=_B("b_epoch"),
-        metric=_B("b_metric"),
+    _UPD_TRIAL_PROGRESS.stmt.values(
         status=STATUS_SUCCEEDED,
         end_timestamp=_B("b_end"),
         time=_B("b_time"),
@@ -441,21 +435,20 @@ async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
         raise ZeusBSOValueError(
             f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
         )
-    trial = _TrialOfReport(job.trial_batch_size, job.trial_status, job.trial_converged)
     batch_sizes = json.loads(job.batch_sizes)
     if result.batch_size not in batch_sizes:
         raise ZeusBSOValueError(
             f"batch_size {result.batch_size} is not one of the job's batch_sizes {batch_sizes}."
         )
-    if result.batch_size != trial.batch_size:
+    if result.batch_size != job.trial_batch_size:
         raise ZeusBSOValueError(
             f"batch_size {result.batch_size} does not match trial "
-            f"{result.trial_number}'s batch size {trial.batch_size}."
+            f"{result.trial_number}'s batch size {job.trial_batch_size}."
         )
-    if trial.status != STATUS_DISPATCHED:
+    if job.trial_status != STATUS_DISPATCHED:
         return ReportResponse(
             stop_train=True,
-            converged=bool(trial.converged),
+            converged=bool(job.trial_converged),
             message=f"Result for this trial({result.trial_number}) is already reported.",
         )
     cost = zeus_cost(result.energy, result.time, job.eta_knob, job.max_power)
