@@ -47,8 +47,9 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import httpx
 import sqlalchemy as sa
@@ -90,6 +91,23 @@ def wait_for(base: str, log: Path) -> None:
         except httpx.HTTPError:
             time.sleep(0.1)
     raise RuntimeError(f"server did not start; see {log}")
+
+
+@contextmanager
+def serving(
+    command: Callable[[int], list[str]], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """Start `command(port)` on a free port; yield its base URL and pid; stop it at the end."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(command(port), stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            wait_for(base, log_path)
+            yield base, server.pid
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def run_load(args: argparse.Namespace, base: str, server_pid: int, label: str) -> None:
@@ -167,43 +185,47 @@ def database_url(backend: str, args: argparse.Namespace, tmp: Path) -> str:
 
 def run_backend(backend: str, args: argparse.Namespace, tmp: Path) -> None:
     url = database_url(backend, args, tmp)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log_path = tmp / f"server-{backend}.log"
-    log = open(log_path, "wb")  # noqa: SIM115
-    cmd = [sys.executable, "-m", "zeus.optimizer.batch_size.server", "--port", str(port)]
-    cmd += ["--database-url", url, "--workers", str(args.workers)]
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     label = backend + (" async commit" if backend == "postgres" and args.pg_async_commit else "")
+
+    def command(port: int) -> list[str]:
+        return [
+            *(sys.executable, "-m", "zeus.optimizer.batch_size.server", "--port", str(port)),
+            *("--database-url", url, "--workers", str(args.workers)),
+        ]
+
     try:
-        wait_for(base, log_path)
-        run_load(args, base, server.pid, label)
-        if args.split > 1:
-            # The same 32 clients spread over several generator processes: what the server
-            # sustains when one Python generator process is no longer the bottleneck.
-            per = 32 // args.split
-            procs = [
-                subprocess.Popen(
-                    [sys.executable, str(args.load), base, str(per), str(args.cycles32)],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-                for _ in range(args.split)
-            ]
-            outs = [p.communicate()[0].strip() for p in procs]
-            total = sum(float(o.split("throughput=")[1].split()[0]) for o in outs)
-            p99 = max(float(o.split("p99=")[1].split("ms")[0]) for o in outs)
-            print(
-                f"[{label}] {args.split} generators x {per} clients: "
-                f"throughput={total:.1f} cycles/s, worst p99={p99:.1f}ms",
-                flush=True,
-            )
+        with serving(command, tmp / f"server-{backend}.log") as (base, pid):
+            run_load(args, base, pid, label)
+            if args.split > 1:
+                run_split(args, base, label)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
         if backend == "postgres":
             drop_postgres(url)
+
+
+def run_split(args: argparse.Namespace, base: str, label: str) -> None:
+    """The same 32 clients over several generator processes.
+
+    Shows what the server sustains when one Python generator process is no longer the
+    bottleneck.
+    """
+    per = 32 // args.split
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(args.load), base, str(per), str(args.cycles32)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(args.split)
+    ]
+    outs = [p.communicate()[0].strip() for p in procs]
+    total = sum(float(o.split("throughput=")[1].split()[0]) for o in outs)
+    p99 = max(float(o.split("p99=")[1].split("ms")[0]) for o in outs)
+    print(
+        f"[{label}] {args.split} generators x {per} clients: "
+        f"throughput={total:.1f} cycles/s, worst p99={p99:.1f}ms",
+        flush=True,
+    )
 
 
 # -- the floor: a server that does no work ---------------------------------------------------
@@ -272,15 +294,12 @@ def run_floor(args: argparse.Namespace, tmp: Path) -> None:
         ("--canned-close", "floor, asyncio, connection: close"),
         ("--canned-uvicorn", "floor, trivial app on uvicorn"),
     ):
-        port = free_port()
-        base = f"http://127.0.0.1:{port}"
-        server = subprocess.Popen([sys.executable, __file__, flag, str(port)])
-        try:
-            wait_for(base, tmp / "canned")
-            run_load(args, base, server.pid, label)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+
+        def command(port: int, flag: str = flag) -> list[str]:
+            return [sys.executable, __file__, flag, str(port)]
+
+        with serving(command, tmp / "canned.log") as (base, pid):
+            run_load(args, base, pid, label)
 
 
 # -- the reference server, side by side ---------------------------------------------------
@@ -298,20 +317,15 @@ def run_reference(args: argparse.Namespace, tmp: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["ZEUS_BSO_DATABASE_URL"] = f"sqlite+aiosqlite:///{db}"
     subprocess.run([args.reference, "-c", _REFERENCE_SCHEMA, str(db)], check=True, env=env)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log_path = tmp / "reference.log"
-    log = open(log_path, "wb")  # noqa: SIM115
-    cmd = [args.reference, "-m", "uvicorn", "zeus.optimizer.batch_size.server.router:app"]
-    cmd += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        wait_for(base, log_path)
-        run_load(args, base, server.pid, "reference (zeus-ml, sqlite)")
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+
+    def command(port: int) -> list[str]:
+        return [
+            *(args.reference, "-m", "uvicorn", "zeus.optimizer.batch_size.server.router:app"),
+            *("--port", str(port), "--no-access-log", "--log-level", "warning"),
+        ]
+
+    with serving(command, tmp / "reference.log", env) as (base, pid):
+        run_load(args, base, pid, "reference (zeus-ml, sqlite)")
 
 
 # -- in-process: the application without HTTP ------------------------------------------------
