@@ -13,8 +13,8 @@ def _check_positive(name: str, value: float) -> float:
     return value
 
 
-class SquareRootScaler:
-    """`lr * sqrt(new_bs / bs)` (Krizhevsky, "One weird trick", 2014)."""
+class _Scaler:
+    """A reference batch size and learning rate; subclasses say how the rate scales."""
 
     def __init__(self, bs: int, lr: float) -> None:
         """Remember the reference batch size and learning rate.
@@ -25,24 +25,18 @@ class SquareRootScaler:
         """
         self.bs = _check_positive("bs", bs)
         self.lr = _check_positive("lr", lr)
+
+
+class SquareRootScaler(_Scaler):
+    """`lr * sqrt(new_bs / bs)` (Krizhevsky, "One weird trick", 2014)."""
 
     def compute_lr(self, new_bs: int) -> float:
         """Return the learning rate for batch size `new_bs`."""
         return self.lr * math.sqrt(_check_positive("new_bs", new_bs) / self.bs)
 
 
-class LinearScaler:
+class LinearScaler(_Scaler):
     """`lr * new_bs / bs` (Goyal et al., "Accurate, large minibatch SGD", 2017)."""
-
-    def __init__(self, bs: int, lr: float) -> None:
-        """Remember the reference batch size and learning rate.
-
-        Raises:
-            ValueError: `bs` or `lr` is not positive.
-
-        """
-        self.bs = _check_positive("bs", bs)
-        self.lr = _check_positive("lr", lr)
 
     def compute_lr(self, new_bs: int) -> float:
         """Return the learning rate for batch size `new_bs`."""
