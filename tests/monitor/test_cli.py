@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from childproc import finish
 
 REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{9},\d+$")
@@ -51,7 +52,7 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
     wait_for_line(proc, "Ctrl-C to stop")
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == 0, err
     if mode == "power":
         assert "Total time (s):" in out

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import zeus.sim
+from childproc import finish
 from zeus import _core
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
 
@@ -130,11 +131,8 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     assert line.strip() == "READY", proc.stderr.read() if proc.stderr else ""
     if sig is not None:
         proc.send_signal(sig)
-    # Read the rest through the same file object: readline() may already hold "RESET" in its
-    # buffer (the normal exit prints it right after READY), which communicate() would miss.
-    out = proc.stdout.read()
-    err = proc.stderr.read() if proc.stderr else ""
-    proc.wait(timeout=60)
+    # The normal exit prints RESET right after READY: readline() may already hold it.
+    out, err = finish(proc)
     assert proc.returncode == code, err
     assert out.count("RESET") == 1, (out, err)
     # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import zeus.sim
+from childproc import finish
 from zeus import _core
 from zeus.device.__main__ import main as device_cli
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
@@ -43,7 +44,7 @@ def spawn_and_kill(device_id: int) -> int:
     line = proc.stdout.readline()
     assert line.startswith("READY"), proc.stderr.read() if proc.stderr else ""
     proc.kill()
-    proc.communicate(timeout=60)
+    finish(proc)
     assert proc.returncode == -signal.SIGKILL
     return int(line.split()[1])
 

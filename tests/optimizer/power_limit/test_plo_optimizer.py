@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 import zeus
 import zeus.sim
+from childproc import finish
 from plo_helpers import WindowMonitor
 from zeus import _core
 from zeus.device.__main__ import main as device_cli
@@ -274,7 +275,7 @@ def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:  # noqa: AN
     assert sets(lines) == [250_000, 300_000]
     assert len(_core.journal_entries(journal_dir)) == 1
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
     assert sets(out.splitlines()) == [250_000]
     assert _core.journal_entries(journal_dir) == []
@@ -288,7 +289,7 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
     )
     wait_ready(proc)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == 0, err
     events = [x for x in out.splitlines() if x.startswith(("SET", "KI"))]
     assert events == ["SET 0 250000", "KI"]
@@ -298,7 +299,7 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
 def test_uncaught_exception_restores_at_exit(journal_dir) -> None:  # noqa: ANN001
     proc = spawn(READY + "raise RuntimeError('boom')", journal_dir)
     wait_ready(proc)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc)
     assert proc.returncode == 1 and "boom" in err
     assert sets(out.splitlines()) == [250_000]
     assert _core.journal_entries(journal_dir) == []
@@ -311,7 +312,7 @@ def test_sigkill_leaves_a_journal_that_restore_applies(
     lines = wait_ready(proc)
     child_pid = int(lines[-1].split()[1])
     proc.kill()
-    proc.communicate(timeout=60)
+    finish(proc)
     assert proc.returncode == -signal.SIGKILL
 
     gpus = sim_gpus("A40")
@@ -339,7 +340,7 @@ def test_new_optimizer_restores_a_killed_runs_journal(
     proc = spawn(READY + "time.sleep(60)", journal_dir)
     wait_ready(proc)
     proc.kill()
-    proc.communicate(timeout=60)
+    finish(proc)
     gpus = sim_gpus("A40")
     plo = GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
     # The stale entry was applied (in Rust, so the spy sees only the optimizer's maximum) and
@@ -374,7 +375,7 @@ def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
     proc = spawn(READY + "time.sleep(60)", journal_dir)
     wait_ready(proc)
     proc.kill()
-    proc.communicate(timeout=60)
+    finish(proc)
     assert len(_core.journal_entries(journal_dir)) == 1
     cli = subprocess.run(
         [sys.executable, "-m", "zeus.device", "restore"],

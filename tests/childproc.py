@@ -1,0 +1,38 @@
+"""Finishing a child process whose stdout a test has already read from."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from typing import IO
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:
+    """Wait for `proc` to end; return the rest of its stdout and stderr.
+
+    `Popen.communicate()` reads the raw descriptors, so whatever an earlier `readline()` or
+    `for line in proc.stdout` already pulled into the file object's buffer is lost to it: a
+    line printed right after the one the test waited for can vanish. This reads through the
+    same file objects instead, one thread per pipe so that neither can fill up and stall the
+    child.
+    """
+    texts: dict[str, str] = {}
+
+    def drain(name: str, stream: IO[str] | None) -> None:
+        texts[name] = stream.read() if stream is not None else ""
+
+    readers = [
+        threading.Thread(target=drain, args=(name, stream), daemon=True)
+        for name, stream in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    finally:
+        for reader in readers:
+            reader.join(timeout=timeout)
+    return texts.get("out", ""), texts.get("err", "")
