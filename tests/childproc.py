@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 from typing import IO
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for a child the test interrupts with SIGINT.
+
+    A test runner started in the background (`cmd &` in a script) has SIGINT ignored, and its
+    children inherit that, so Python would never raise `KeyboardInterrupt` in them.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def ignore_sigint() -> None:
+    """`preexec_fn` for a child started the way `nohup cmd &` starts a job: SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str]:

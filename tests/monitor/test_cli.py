@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from childproc import finish
+from childproc import default_sigint, finish
 
 REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{9},\d+$")
@@ -47,7 +47,12 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
     if mode == "power":
         args += ["--update-period", "0.01"]
     proc = subprocess.Popen(
-        args, env=sim_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        args,
+        env=sim_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     wait_for_line(proc, "Ctrl-C to stop")
     time.sleep(0.5)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import zeus.sim
-from childproc import finish
+from childproc import default_sigint, finish
 from zeus import _core
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
 
@@ -104,6 +104,9 @@ CHILD = textwrap.dedent(
         raise ValueError("training crashed")
     if mode == "normal":
         sys.exit(0)
+    if mode == "ask":
+        sys.stdin.readline()
+        print("ALIVE", flush=True)
     time.sleep(60)
     """
 )
@@ -125,6 +128,7 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "ZEUS_LOG_LEVEL": "WARNING"},
+        preexec_fn=default_sigint,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -137,4 +141,34 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     assert out.count("RESET") == 1, (out, err)
     # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.
     assert journal_dir.is_dir()
+    assert _core.journal_entries(journal_dir) == []
+
+
+def ignore_sigterm() -> None:
+    default_sigint()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def test_an_ignored_sigterm_keeps_the_clocks_locked(journal_dir):
+    # A job started with SIGTERM ignored does not end on it: the plan's clocks must stay.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "ask"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ZEUS_LOG_LEVEL": "WARNING"},
+        preexec_fn=ignore_sigterm,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline().strip() == "READY", proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(signal.SIGTERM)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "ALIVE"  # no RESET before it
+    assert len(_core.journal_entries(journal_dir)) == 1
+    proc.send_signal(signal.SIGINT)  # KeyboardInterrupt, then the reset at exit
+    out, err = finish(proc)
+    assert proc.returncode == -signal.SIGINT, err
+    assert out.count("RESET") == 1, (out, err)
     assert _core.journal_entries(journal_dir) == []

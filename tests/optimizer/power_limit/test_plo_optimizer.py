@@ -10,12 +10,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import zeus
 import zeus.sim
-from childproc import finish
+from childproc import default_sigint, finish, ignore_sigint
 from plo_helpers import WindowMonitor
 from zeus import _core
 from zeus.device.__main__ import main as device_cli
@@ -245,13 +245,14 @@ def child_env(state_dir: Path | None) -> dict[str, str]:
     return env
 
 
-def spawn(tail: str, state_dir: Path) -> subprocess.Popen[str]:
+def spawn(tail: str, state_dir: Path, **popen: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(CHILD) + textwrap.dedent(tail)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=child_env(state_dir),
+        **popen,
     )
 
 
@@ -286,6 +287,7 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
         "try:\n    " + READY + "    time.sleep(60)\nexcept KeyboardInterrupt:\n"
         "    print('KI', flush=True)\n",
         journal_dir,
+        preexec_fn=default_sigint,
     )
     wait_ready(proc)
     proc.send_signal(signal.SIGINT)
@@ -293,6 +295,31 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
     assert proc.returncode == 0, err
     events = [x for x in out.splitlines() if x.startswith(("SET", "KI"))]
     assert events == ["SET 0 250000", "KI"]
+    assert _core.journal_entries(journal_dir) == []
+
+
+def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:  # noqa: ANN001
+    # Started like `nohup python train.py &`: SIGINT does not end the run, so the optimizer's
+    # limit must stay; SIGTERM still ends it and restores.
+    proc = spawn(
+        READY + "sys.stdin.readline()\n"
+        "print('LIMIT', gpus.get_power_management_limit(0), flush=True)\n"
+        "time.sleep(60)\n",
+        journal_dir,
+        stdin=subprocess.PIPE,
+        preexec_fn=ignore_sigint,
+    )
+    assert sets(wait_ready(proc)) == [250_000, 300_000]
+    proc.send_signal(signal.SIGINT)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().split() == ["LIMIT", "300000"]
+    assert len(_core.journal_entries(journal_dir)) == 1
+    proc.send_signal(signal.SIGTERM)
+    out, err = finish(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert sets(out.splitlines()) == [250_000]
     assert _core.journal_entries(journal_dir) == []
 
 

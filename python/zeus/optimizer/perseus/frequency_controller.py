@@ -50,7 +50,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     prev = _prev_sigterm
     if callable(prev):
         prev(signum, frame)
-    elif prev != signal.SIG_IGN:
+    else:
         # Default disposition: die of the signal, as if we had not been here.
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -61,7 +61,9 @@ def _install_sigterm_handler() -> None:
     if _handler_installed or threading.current_thread() is not threading.main_thread():
         return
     _prev_sigterm = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    # An ignored SIGTERM does not end the process, so the clocks must stay as planned.
+    if _prev_sigterm != signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     _handler_installed = True
 
 

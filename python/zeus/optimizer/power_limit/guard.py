@@ -8,7 +8,8 @@ and it restores the originals and clears the journal:
 - at interpreter exit (`atexit`), which also covers an uncaught exception;
 - on SIGINT and SIGTERM, after which the previous handler runs (the default SIGINT handler
   raises `KeyboardInterrupt`; a default SIGTERM handler is re-installed and the signal re-sent,
-  so the process still dies of SIGTERM).
+  so the process still dies of SIGTERM). A signal the process ignores is left alone: it does
+  not end the run, so nothing is restored on it.
 
 SIGKILL cannot be caught: the journal survives it, and the next optimizer on the machine (or
 `python -m zeus.device restore`, or `zeus-monitor --restore`) puts the originals back through
@@ -53,8 +54,6 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if callable(previous):
         previous(signum, frame)
-    elif previous == signal.SIG_IGN:
-        return
     else:
         # The default action (terminate): let the signal do it, so the exit status says so.
         signal.signal(signum, signal.SIG_DFL)
@@ -74,7 +73,9 @@ def _install_hooks() -> None:
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
         current = signal.getsignal(sig)
-        if current is _on_signal:
+        # An ignored signal does not end the process (`nohup ... &` starts jobs with SIGINT
+        # ignored): restoring on it would leave training running on the original limits.
+        if current is _on_signal or current == signal.SIG_IGN:
             continue
         _previous_handlers[sig] = current
         signal.signal(sig, _on_signal)
