@@ -430,10 +430,24 @@ def run_in_process(backend: str, args: argparse.Namespace, tmp: Path) -> None:
         )
 
 
+BACKENDS = ("sqlite", "postgres")
+
+
+def backend_list(text: str) -> list[str]:
+    """Comma-separated backends for --backends; an unknown name is an error that names it."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown backend(s) {unknown or [text]}; choose from {', '.join(BACKENDS)}"
+        )
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--load", type=Path, default=DEFAULT_LOAD)
-    p.add_argument("--backends", default="sqlite,postgres")
+    p.add_argument("--backends", type=backend_list, default="sqlite,postgres")
     p.add_argument("--cycles1", type=int, default=300)
     p.add_argument("--cycles32", type=int, default=20)
     p.add_argument("--cycles-in-process", type=int, default=2000)
@@ -462,7 +476,7 @@ def main() -> None:
             run_floor(args, Path(tmp))
         if args.reference:
             run_reference(args, Path(tmp))
-        for backend in args.backends.split(","):
+        for backend in args.backends:
             run_backend(backend, args, Path(tmp))
             if args.in_process:
                 run_in_process(backend, args, Path(tmp))
