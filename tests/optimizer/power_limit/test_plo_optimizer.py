@@ -270,16 +270,21 @@ def sets(lines: list[str]) -> list[int]:
     return [int(x.split()[2]) for x in lines if x.startswith("SET")]
 
 
-def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:  # noqa: ANN001
-    proc = spawn(READY + "time.sleep(60)", journal_dir)
-    lines = wait_ready(proc)
-    assert sets(lines) == [250_000, 300_000]
+def sigterm_restores_and_clears_the_journal(proc: subprocess.Popen[str], journal_dir: Path) -> None:
+    """SIGTERM a child holding the optimizer's limit: it restores 250 W and dies of SIGTERM."""
     assert len(_core.journal_entries(journal_dir)) == 1
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
     assert sets(out.splitlines()) == [250_000]
     assert _core.journal_entries(journal_dir) == []
+
+
+def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:  # noqa: ANN001
+    proc = spawn(READY + "time.sleep(60)", journal_dir)
+    lines = wait_ready(proc)
+    assert sets(lines) == [250_000, 300_000]
+    sigterm_restores_and_clears_the_journal(proc, journal_dir)
 
 
 def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # noqa: ANN001
@@ -315,12 +320,7 @@ def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:  # no
     proc.stdin.write("\n")
     proc.stdin.flush()
     assert proc.stdout.readline().split() == ["LIMIT", "300000"]
-    assert len(_core.journal_entries(journal_dir)) == 1
-    proc.send_signal(signal.SIGTERM)
-    out, err = finish(proc)
-    assert proc.returncode == -signal.SIGTERM, err
-    assert sets(out.splitlines()) == [250_000]
-    assert _core.journal_entries(journal_dir) == []
+    sigterm_restores_and_clears_the_journal(proc, journal_dir)
 
 
 def test_uncaught_exception_restores_at_exit(journal_dir) -> None:  # noqa: ANN001
