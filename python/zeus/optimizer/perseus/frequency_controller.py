@@ -6,8 +6,9 @@ the newest clock matters). The reference uses a separate process fed by a queue;
 enough because the NVML call releases the GIL, and it starts in microseconds.
 
 The default clocks are restored on every exit path: `end()` (also called from `atexit`, which
-covers normal exit, uncaught exceptions and Ctrl-C's `KeyboardInterrupt`), and a SIGTERM
-handler that restores and then lets the signal's previous disposition run.
+covers normal exit, uncaught exceptions and Ctrl-C's `KeyboardInterrupt`), and on SIGTERM
+before the signal's previous disposition (`zeus.util.signals.run_before`; an ignored SIGTERM
+ends nothing, so the clocks stay).
 
 SIGKILL cannot be caught, so before its first clock change the controller journals on disk that
 it locks this GPU's clocks (`zeus._core.journal_record_clocks`; the journal of
@@ -29,42 +30,23 @@ from typing import Any, Optional
 from zeus import _core
 from zeus.device import get_gpus
 from zeus.device.journal import restore_stale
+from zeus.util import signals
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
 
 __all__ = ["FrequencyController"]
 
-# Controllers alive in this process, for the SIGTERM handler.
+# Controllers alive in this process, for the SIGTERM cleanup.
 _live: set[FrequencyController] = set()
 _live_lock = threading.Lock()
-_prev_sigterm: Any = None
-_handler_installed = False
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
+def _end_live_controllers() -> None:
     with _live_lock:
         controllers = list(_live)
     for c in controllers:
         c.end()
-    prev = _prev_sigterm
-    if callable(prev):
-        prev(signum, frame)
-    else:
-        # Default disposition: die of the signal, as if we had not been here.
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _install_sigterm_handler() -> None:
-    global _prev_sigterm, _handler_installed
-    if _handler_installed or threading.current_thread() is not threading.main_thread():
-        return
-    _prev_sigterm = signal.getsignal(signal.SIGTERM)
-    # An ignored SIGTERM does not end the process, so the clocks must stay as planned.
-    if _prev_sigterm != signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-    _handler_installed = True
 
 
 class FrequencyController:
@@ -118,7 +100,7 @@ class FrequencyController:
         )
         with _live_lock:
             _live.add(self)
-        _install_sigterm_handler()
+        signals.run_before(signal.SIGTERM, _end_live_controllers)
         atexit.register(self.end)
         self._thread.start()
 

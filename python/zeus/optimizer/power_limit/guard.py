@@ -6,10 +6,10 @@ and it restores the originals and clears the journal:
 
 - on `restore()` (the optimizer's `close()` or its context-manager exit, e.g. on an exception);
 - at interpreter exit (`atexit`), which also covers an uncaught exception;
-- on SIGINT and SIGTERM, after which the previous handler runs (the default SIGINT handler
-  raises `KeyboardInterrupt`; a default SIGTERM handler is re-installed and the signal re-sent,
-  so the process still dies of SIGTERM). A signal the process ignores is left alone: it does
-  not end the run, so nothing is restored on it.
+- on SIGINT and SIGTERM, after which the signal does what it did before
+  (`zeus.util.signals.run_before`: the default SIGINT handler raises `KeyboardInterrupt`, and
+  the process still dies of SIGTERM). A signal the process ignores is left alone: it does not
+  end the run, so nothing is restored on it.
 
 SIGKILL cannot be caught: the journal survives it, and the next optimizer on the machine (or
 `python -m zeus.device restore`, or `zeus-monitor --restore`) puts the originals back through
@@ -24,17 +24,16 @@ import os
 import signal
 import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any, Sequence
 
 from zeus import _core
+from zeus.util import signals
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
 
 _lock = threading.RLock()
 _active: list[PowerLimitGuard] = []
-_previous_handlers: dict[int, Any] = {}
 _atexit_registered = False
 
 
@@ -49,17 +48,6 @@ def restore_all() -> None:
             logger.exception("Failed to restore power limits of GPUs %s", g.gpu_indices)
 
 
-def _on_signal(signum: int, frame: FrameType | None) -> None:
-    restore_all()
-    previous = _previous_handlers.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
-    else:
-        # The default action (terminate): let the signal do it, so the exit status says so.
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
 def _install_hooks() -> None:
     global _atexit_registered
     if not _atexit_registered:
@@ -72,13 +60,7 @@ def _install_hooks() -> None:
         )
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
-        current = signal.getsignal(sig)
-        # An ignored signal does not end the process (`nohup ... &` starts jobs with SIGINT
-        # ignored): restoring on it would leave training running on the original limits.
-        if current is _on_signal or current == signal.SIG_IGN:
-            continue
-        _previous_handlers[sig] = current
-        signal.signal(sig, _on_signal)
+        signals.run_before(sig, restore_all)
 
 
 class PowerLimitGuard:
