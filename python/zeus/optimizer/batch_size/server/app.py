@@ -85,9 +85,8 @@ def create_app(settings: Optional[ZeusBsoSettings] = None) -> BsoApp:
             await db.dispose()
 
     dependencies = []
-    expected = b""
-    if settings.token:
-        expected = f"Bearer {settings.token}".encode()
+    expected: Optional[bytes] = f"Bearer {settings.token}".encode() if settings.token else None
+    if expected is not None:
 
         async def check_token(authorization: Optional[str] = Header(default=None)) -> None:
             if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
@@ -100,7 +99,7 @@ def create_app(settings: Optional[ZeusBsoSettings] = None) -> BsoApp:
         dependencies.append(Depends(check_token))
 
     app = BsoApp(title="Zeus batch size optimizer", lifespan=lifespan, dependencies=dependencies)
-    app.hot_path_token = expected if settings.token else None
+    app.hot_path_token = expected
     app.keepalive = KeepAlivePolicy(settings.max_keepalive)
 
     @app.exception_handler(ZeusBSOServerBaseError)
