@@ -25,7 +25,8 @@ fn bench(c: &mut Criterion) {
         presets: vec![preset::find("A40").unwrap()],
         virtual_clock: false,
         privileged: true,
-        curve: None,
+        workload: None,
+        fidelity: zeus_core::device::sim::Fidelity::Ideal,
         load: Load::Busy,
     });
     let sim: Arc<dyn Gpu> = cluster.devices()[0].clone();

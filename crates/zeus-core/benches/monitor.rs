@@ -18,7 +18,8 @@ fn sim_gpus(n: usize) -> Gpus {
         presets: vec![preset::find("A40").unwrap(); n],
         virtual_clock: false,
         privileged: true,
-        curve: None,
+        workload: None,
+        fidelity: zeus_core::device::sim::Fidelity::Ideal,
         load: Load::Busy,
     });
     let all: Vec<Arc<dyn Gpu>> = cluster

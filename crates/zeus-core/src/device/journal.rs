@@ -626,7 +626,8 @@ mod tests {
             presets: vec![preset::find("A40").unwrap(), preset::find("V100").unwrap()],
             virtual_clock: true,
             privileged: true,
-            curve: None,
+            workload: None,
+            fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
         });
         let clock: Arc<dyn Clock> = cluster.clock();

@@ -14,6 +14,7 @@ pub mod counter;
 pub mod energy;
 pub mod error;
 pub mod power;
+pub mod sampler;
 pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, WindowEnd};

@@ -348,7 +348,8 @@ pub(crate) mod tests {
             presets: keys.iter().map(|k| preset::find(k).unwrap()).collect(),
             virtual_clock,
             privileged: true,
-            curve: None,
+            workload: None,
+            fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
         }));
         let all: Vec<Arc<dyn Gpu>> = c

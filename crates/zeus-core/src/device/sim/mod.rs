@@ -9,21 +9,27 @@
 //! - `ZEUS_SIM_GPUS`: comma-separated preset keys (default `A40`).
 //! - `ZEUS_SIM_CLOCK`: `real` (default) or `virtual`.
 //! - `ZEUS_SIM_PRIVILEGED`: `1` (default) or `0`; unprivileged setters fail with NoPermission.
-//! - `ZEUS_SIM_WORKLOAD`: a CSV curve (`power_limit,time_per_epoch,average_power`) for every GPU.
+//! - `ZEUS_SIM_WORKLOAD`: a built-in measured workload (`matmul_bf16`, `stream_add_fp32`,
+//!   `bert_train_step`, see [`workload::builtin_names`]) or a CSV curve
+//!   (`power_limit,time_per_epoch,average_power`), for every GPU.
 //! - `ZEUS_SIM_LOAD`: `idle` (default) or `busy`, the load every GPU starts with.
+//! - `ZEUS_SIM_FIDELITY`: `real` (default) or `ideal`, see [`Fidelity`].
 //!
 //! Energy is the exact integral of the modelled power over time; the state is integrated lazily
-//! whenever it is read or changed, so a read costs a lock and a few flops.
+//! whenever it is read or changed. What a reading *returns* depends on the fidelity: with `real`,
+//! what a driver would have published by then (see [`Fidelity::Real`]).
 
 pub mod clock;
 pub mod preset;
 pub mod workload;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub use clock::SimClock;
 pub use preset::{Preset, PRESETS};
-pub use workload::{CurvePoint, WorkloadCurve};
+pub use workload::{ClockCurve, ClockPoint, CurvePoint, WorkloadCurve};
 
 use super::{Architecture, Clock, Gpu, GpuError, GpuResult};
 
@@ -34,6 +40,121 @@ pub enum Load {
     Busy,
     /// Busy until this timestamp, then idle.
     BusyUntil(f64),
+}
+
+/// How closely readings follow a real driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fidelity {
+    /// As measured on an H100 with driver 580: the energy counter and both power readings change
+    /// only once per update period (the preset's `power_update_period_s`, at a per-device phase);
+    /// the counter publishes the energy at the last update `counter_delay_s` late; average power
+    /// is a trailing average over `average_window_s` (so it lags a load step) and instant power is
+    /// not; and on the real clock an energy-counter read costs `energy_read_cost_s` of busy CPU,
+    /// a power read `power_read_cost_s`.
+    #[default]
+    Real,
+    /// Readings are exact at the moment of the call and cost nothing: the counter is the exact
+    /// integral, instant power the exact power. For fast, exact unit tests.
+    Ideal,
+}
+
+impl Fidelity {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fidelity::Real => "real",
+            Fidelity::Ideal => "ideal",
+        }
+    }
+}
+
+/// The workload a simulated GPU runs when busy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Workload {
+    /// A built-in measured workload, scaled to each preset (see [`WorkloadCurve::builtin`]).
+    Builtin(&'static str),
+    /// A curve used as is on every GPU.
+    Curve(WorkloadCurve),
+}
+
+impl Workload {
+    /// Parse `ZEUS_SIM_WORKLOAD`: a built-in name, else a CSV path.
+    pub fn parse(spec: &str) -> GpuResult<Workload> {
+        let spec = spec.trim();
+        if let Some(name) = workload::builtin_names()
+            .into_iter()
+            .find(|n| n.eq_ignore_ascii_case(spec))
+        {
+            return Ok(Workload::Builtin(name));
+        }
+        WorkloadCurve::from_csv(std::path::Path::new(spec))
+            .map(Workload::Curve)
+            .map_err(|e| {
+                GpuError::Init(format!(
+                    "ZEUS_SIM_WORKLOAD: {e} (use a CSV path or a built-in workload: {})",
+                    workload::builtin_names().join(", ")
+                ))
+            })
+    }
+
+    fn curve_for(&self, preset: &Preset) -> WorkloadCurve {
+        match self {
+            Workload::Curve(c) => c.clone(),
+            Workload::Builtin(name) => {
+                WorkloadCurve::builtin(name, preset.max_power_limit_mw as f64 / 1000.0)
+                    .expect("built-in names are checked when parsed")
+            }
+        }
+    }
+}
+
+/// The power draw over a stretch of time in which nothing was changed: from `t0`, energy `e0`,
+/// under `load`, drawing `busy_w` when busy.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    t0: f64,
+    e0: f64,
+    load: Load,
+    busy_w: f64,
+}
+
+impl Segment {
+    fn is_busy_at(&self, t: f64) -> bool {
+        match self.load {
+            Load::Idle => false,
+            Load::Busy => true,
+            Load::BusyUntil(until) => t < until,
+        }
+    }
+
+    fn power_at(&self, idle_w: f64, t: f64) -> f64 {
+        if self.is_busy_at(t) {
+            self.busy_w
+        } else {
+            idle_w
+        }
+    }
+
+    /// Energy at `t`; before `t0` it extrapolates back with the power at `t0`.
+    fn energy_at(&self, idle_w: f64, t: f64) -> f64 {
+        let dt = t - self.t0;
+        if dt <= 0.0 {
+            return self.e0 + self.power_at(idle_w, self.t0) * dt;
+        }
+        match self.load {
+            Load::Idle => self.e0 + idle_w * dt,
+            Load::Busy => self.e0 + self.busy_w * dt,
+            Load::BusyUntil(until) => {
+                let busy_dt = (until - self.t0).clamp(0.0, dt);
+                self.e0 + self.busy_w * busy_dt + idle_w * (dt - busy_dt)
+            }
+        }
+    }
+}
+
+/// How much past a real-fidelity device remembers: a trailing average window plus an update
+/// period and the counter's delay, with room to spare.
+fn history_span(preset: &Preset) -> f64 {
+    preset.average_window_s + 2.0 * preset.power_update_period_s + preset.counter_delay_s + 0.5
 }
 
 #[derive(Debug)]
@@ -49,6 +170,9 @@ struct State {
     /// `(seconds per unit of work, watts)` when busy at the current settings (see `refresh`).
     busy: (f64, f64),
     t_last: f64,
+    /// Real fidelity only: the stretches before `t_last`, oldest first, for readings that refer
+    /// to a moment in the past (the last update, a trailing average).
+    past: VecDeque<Segment>,
 }
 
 /// One simulated GPU.
@@ -59,6 +183,10 @@ pub struct SimGpu {
     uuid: String,
     privileged: bool,
     clock: Arc<SimClock>,
+    fidelity: Fidelity,
+    /// Real fidelity: where in its update period this device's driver publishes (s), so that
+    /// several GPUs do not tick in lockstep.
+    tick_phase: f64,
     state: Mutex<State>,
 }
 
@@ -73,20 +201,75 @@ fn splitmix64(mut x: u64) -> u64 {
 /// Relative amplitude of the reading noise on the averaged power.
 const POWER_NOISE: f64 = 0.01;
 
+/// A uniform number in `[-1, 1)` fixed by `seed`.
+fn unit_noise(seed: u64) -> f64 {
+    let u = (splitmix64(seed) >> 11) as f64 / (1u64 << 53) as f64;
+    2.0 * u - 1.0
+}
+
+/// Keep this thread busy for `seconds`, as a driver call that costs CPU time does.
+fn spin(seconds: f64) {
+    if seconds <= 0.0 {
+        return;
+    }
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
 impl State {
     /// Recompute the busy steady state after a setting changed. Reads use the cached value, so
     /// the hot path (an energy or power read) does no curve interpolation.
     fn refresh(&mut self, preset: &Preset) {
         let idle = preset.idle_power_mw as f64 / 1000.0;
-        let gpu_cap = self.gpu_locked.map_or(1.0, |(_, max)| {
-            max as f64 / preset.max_graphics_clock_mhz as f64
-        });
+        let gpu_lock = self
+            .gpu_locked
+            .map(|(_, max)| max as f64 / preset.max_graphics_clock_mhz as f64);
         let mem_cap = self.mem_locked.map_or(1.0, |(_, max)| {
             max as f64 / preset.memory_clocks_mhz[0] as f64
         });
-        self.busy =
-            self.curve
-                .steady_state(self.power_limit_mw as f64 / 1000.0, idle, gpu_cap, mem_cap);
+        self.busy = self.curve.steady_state_locked(
+            self.power_limit_mw as f64 / 1000.0,
+            idle,
+            gpu_lock,
+            mem_cap,
+        );
+    }
+
+    fn segment(&self) -> Segment {
+        Segment {
+            t0: self.t_last,
+            e0: self.energy_j,
+            load: self.load,
+            busy_w: self.busy.1,
+        }
+    }
+
+    /// The stretch of time that holds `t` (the current one for `t >= t_last`).
+    fn segment_at(&self, t: f64) -> Segment {
+        if t >= self.t_last {
+            return self.segment();
+        }
+        self.past
+            .iter()
+            .rev()
+            .find(|s| s.t0 <= t)
+            .or_else(|| self.past.front())
+            .copied()
+            .unwrap_or_else(|| self.segment())
+    }
+
+    /// Energy (J) at any time up to now that the history still covers.
+    fn energy_at_past(&self, preset: &Preset, t: f64) -> f64 {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        self.segment_at(t).energy_at(idle, t)
+    }
+
+    /// Power (W) at any time up to now that the history still covers.
+    fn power_at_past(&self, preset: &Preset, t: f64) -> f64 {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        self.segment_at(t).power_at(idle, t)
     }
 
     fn power_w(&self, preset: &Preset, busy: bool) -> f64 {
@@ -103,31 +286,26 @@ impl State {
 
     /// Energy at time `t >= t_last` without changing the state.
     fn energy_at(&self, preset: &Preset, t: f64) -> f64 {
-        let dt = (t - self.t_last).max(0.0);
-        match self.load {
-            Load::Idle => self.energy_j + self.power_w(preset, false) * dt,
-            Load::Busy => self.energy_j + self.power_w(preset, true) * dt,
-            Load::BusyUntil(until) => {
-                let busy_dt = (until - self.t_last).clamp(0.0, dt);
-                self.energy_j
-                    + self.power_w(preset, true) * busy_dt
-                    + self.power_w(preset, false) * (dt - busy_dt)
-            }
-        }
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        self.segment().energy_at(idle, t.max(self.t_last))
     }
 
     fn is_busy_at(&self, t: f64) -> bool {
-        match self.load {
-            Load::Idle => false,
-            Load::Busy => true,
-            Load::BusyUntil(until) => t < until,
-        }
+        self.segment().is_busy_at(t)
     }
 
-    /// Integrate up to `t`; call before any change that alters power.
-    fn settle(&mut self, preset: &Preset, t: f64) {
+    /// Integrate up to `t`; call before any change that alters power. With `keep_history`, the
+    /// stretch that ends here is remembered for a while.
+    fn settle(&mut self, preset: &Preset, t: f64, keep_history: bool) {
         if t <= self.t_last {
             return;
+        }
+        if keep_history {
+            self.past.push_back(self.segment());
+            let horizon = t - history_span(preset);
+            while self.past.len() >= 2 && self.past[1].t0 <= horizon {
+                self.past.pop_front();
+            }
         }
         self.energy_j = self.energy_at(preset, t);
         self.t_last = t;
@@ -145,12 +323,15 @@ impl SimGpu {
         preset: &'static Preset,
         clock: Arc<SimClock>,
         privileged: bool,
-        curve: Option<WorkloadCurve>,
+        workload: Option<&Workload>,
         load: Load,
+        fidelity: Fidelity,
     ) -> SimGpu {
-        let curve = curve.unwrap_or_else(|| {
-            WorkloadCurve::default_for(preset.max_power_limit_mw as f64 / 1000.0)
-        });
+        let curve = match (workload, preset.default_workload) {
+            (Some(w), _) => w.curve_for(preset),
+            (None, Some(name)) => Workload::Builtin(name).curve_for(preset),
+            (None, None) => WorkloadCurve::default_for(preset.max_power_limit_mw as f64 / 1000.0),
+        };
         let t = clock.now();
         let h = splitmix64(index as u64 ^ 0x5a5a);
         let mut state = State {
@@ -163,6 +344,7 @@ impl SimGpu {
             energy_j: 0.0,
             busy: (0.0, 0.0),
             t_last: t,
+            past: VecDeque::new(),
         };
         state.refresh(preset);
         SimGpu {
@@ -177,8 +359,39 @@ impl SimGpu {
             ),
             privileged,
             clock,
+            fidelity,
+            tick_phase: (unit_noise(index as u64 ^ 0x7e1c_0000) + 1.0) / 2.0
+                * preset.power_update_period_s,
             state: Mutex::new(state),
         }
+    }
+
+    pub fn fidelity(&self) -> Fidelity {
+        self.fidelity
+    }
+
+    fn real(&self) -> bool {
+        self.fidelity == Fidelity::Real
+    }
+
+    /// Real fidelity on the real clock: make the calling thread pay what the driver call costs.
+    /// (On a virtual clock no time passes during a call, so spinning would only slow tests.)
+    fn pay(&self, seconds: f64) {
+        if self.real() && !self.clock.is_virtual() {
+            spin(seconds);
+        }
+    }
+
+    /// The latest driver update at or before `t`, and its number.
+    fn last_tick(&self, t: f64) -> (f64, i64) {
+        let p = self.preset.power_update_period_s;
+        let k = ((t - self.tick_phase) / p).floor();
+        (self.tick_phase + k * p, k as i64)
+    }
+
+    /// Reading noise of update `k` of this device, `[-1, 1)`, different per reading `kind`.
+    fn noise(&self, k: i64, kind: u64) -> f64 {
+        unit_noise((k as u64) ^ ((self.index as u64) << 48) ^ (kind << 40))
     }
 
     pub fn preset(&self) -> &'static Preset {
@@ -210,7 +423,7 @@ impl SimGpu {
     fn mutate<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let now = self.clock.now();
         let mut s = self.state();
-        s.settle(self.preset, now);
+        s.settle(self.preset, now, self.real());
         let r = f(&mut s);
         s.refresh(self.preset);
         r
@@ -250,7 +463,7 @@ impl SimGpu {
     pub fn start_work(&self, work: f64) -> f64 {
         let now = self.clock.now();
         let mut s = self.state();
-        s.settle(self.preset, now);
+        s.settle(self.preset, now, self.real());
         let duration = work.max(0.0) * s.seconds_per_unit();
         s.load = Load::BusyUntil(now + duration);
         duration
@@ -383,6 +596,21 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn average_power_usage(&self) -> GpuResult<u32> {
+        self.pay(self.preset.power_read_cost_s);
+        if self.real() {
+            // The trailing average published at the last update (the instantaneous sample there
+            // on boards without an averaging window).
+            let (t, k) = self.last_tick(self.clock.now());
+            let w = self.preset.average_window_s;
+            let s = self.state();
+            let p = if w > 0.0 {
+                (s.energy_at_past(self.preset, t) - s.energy_at_past(self.preset, t - w)) / w
+            } else {
+                s.power_at_past(self.preset, t)
+            };
+            let p = p * (1.0 + POWER_NOISE * self.noise(k, 1));
+            return Ok((p * 1000.0).round() as u32);
+        }
         // Piecewise constant over the driver's update period, with a little deterministic noise
         // per period, as real boards behave (and as update-period detection relies on).
         let now = self.clock.now();
@@ -398,6 +626,14 @@ impl Gpu for SimGpu {
                 "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT): Not Supported".into(),
             ));
         }
+        self.pay(self.preset.power_read_cost_s);
+        if self.real() {
+            // The power at the last update, with a little noise per update.
+            let (t, k) = self.last_tick(self.clock.now());
+            let p = self.state().power_at_past(self.preset, t);
+            let p = p * (1.0 + POWER_NOISE * self.noise(k, 2));
+            return Ok((p * 1000.0).round() as u32);
+        }
         Ok((self.true_power_w() * 1000.0).round() as u32)
     }
     fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
@@ -408,6 +644,14 @@ impl Gpu for SimGpu {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceGetTotalEnergyConsumption: Not Supported (pre-Volta GPU)".into(),
             ));
+        }
+        self.pay(self.preset.energy_read_cost_s);
+        if self.real() {
+            // The energy at the last update, published `counter_delay_s` after it.
+            let now = self.clock.now();
+            let (t, _) = self.last_tick(now - self.preset.counter_delay_s);
+            let e = self.state().energy_at_past(self.preset, t);
+            return Ok((e.max(0.0) * 1000.0) as u64);
         }
         Ok((self.true_energy_j() * 1000.0) as u64)
     }
@@ -422,8 +666,25 @@ pub struct SimConfig {
     pub presets: Vec<&'static Preset>,
     pub virtual_clock: bool,
     pub privileged: bool,
-    pub curve: Option<WorkloadCurve>,
+    /// `None`: each preset's default workload.
+    pub workload: Option<Workload>,
     pub load: Load,
+    pub fidelity: Fidelity,
+}
+
+impl Default for SimConfig {
+    /// One A40 on the real clock, privileged, idle, real fidelity (what an empty environment
+    /// gives).
+    fn default() -> SimConfig {
+        SimConfig {
+            presets: vec![preset::find("A40").expect("A40 is a preset")],
+            virtual_clock: false,
+            privileged: true,
+            workload: None,
+            load: Load::Idle,
+            fidelity: Fidelity::Real,
+        }
+    }
 }
 
 fn env_flag(name: &str, default: bool, yes: &[&str], no: &[&str]) -> GpuResult<bool> {
@@ -475,19 +736,22 @@ impl SimConfig {
             &["0", "false", "no"],
         )?;
         let busy = env_flag("ZEUS_SIM_LOAD", false, &["busy"], &["idle"])?;
-        let curve = match std::env::var("ZEUS_SIM_WORKLOAD") {
-            Ok(p) if !p.trim().is_empty() => Some(
-                WorkloadCurve::from_csv(std::path::Path::new(p.trim()))
-                    .map_err(|e| GpuError::Init(format!("ZEUS_SIM_WORKLOAD: {e}")))?,
-            ),
+        let workload = match std::env::var("ZEUS_SIM_WORKLOAD") {
+            Ok(p) if !p.trim().is_empty() => Some(Workload::parse(&p)?),
             _ => None,
         };
+        let ideal = env_flag("ZEUS_SIM_FIDELITY", false, &["ideal"], &["real"])?;
         Ok(SimConfig {
             presets,
             virtual_clock,
             privileged,
-            curve,
+            workload,
             load: if busy { Load::Busy } else { Load::Idle },
+            fidelity: if ideal {
+                Fidelity::Ideal
+            } else {
+                Fidelity::Real
+            },
         })
     }
 }
@@ -516,8 +780,9 @@ impl SimCluster {
                     p,
                     clock.clone(),
                     config.privileged,
-                    config.curve.clone(),
+                    config.workload.as_ref(),
                     config.load,
+                    config.fidelity,
                 ))
             })
             .collect();
@@ -581,9 +846,8 @@ mod tests {
         SimCluster::new(SimConfig {
             presets: keys.iter().map(|k| preset::find(k).unwrap()).collect(),
             virtual_clock: true,
-            privileged: true,
-            curve: None,
-            load: Load::Idle,
+            fidelity: Fidelity::Ideal,
+            ..SimConfig::default()
         })
     }
 
@@ -651,8 +915,8 @@ mod tests {
             presets: vec![preset::find("A100").unwrap()],
             virtual_clock: true,
             privileged: false,
-            curve: None,
-            load: Load::Idle,
+            fidelity: Fidelity::Ideal,
+            ..SimConfig::default()
         });
         let e = c.devices[0]
             .set_power_management_limit(200_000)
@@ -683,6 +947,139 @@ mod tests {
         assert!(readings
             .iter()
             .all(|&r| (r as f64 - truth).abs() <= truth * 0.0101));
+    }
+
+    fn real_h100(virtual_clock: bool) -> SimCluster {
+        SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            virtual_clock,
+            ..SimConfig::default()
+        })
+    }
+
+    /// Advance the virtual clock to just after this device's next update.
+    fn to_next_tick(c: &SimCluster, g: &SimGpu) {
+        let now = c.clock.now();
+        let (t, _) = g.last_tick(now);
+        c.clock
+            .advance(t + g.preset.power_update_period_s - now + 1e-4);
+    }
+
+    #[test]
+    fn real_readings_change_once_per_update_period() {
+        let c = real_h100(true);
+        let g = &c.devices[0];
+        assert_eq!(g.fidelity(), Fidelity::Real);
+        assert!(g.name().unwrap().contains("H100"));
+        g.set_load(Load::Busy);
+        to_next_tick(&c, g);
+        // Past the counter's delay, so that all three readings belong to this update.
+        c.clock.advance(0.02);
+        let read = |g: &SimGpu| {
+            (
+                g.total_energy_consumption().unwrap(),
+                g.instant_power_usage().unwrap(),
+                g.average_power_usage().unwrap(),
+            )
+        };
+        let first = read(g);
+        for _ in 0..7 {
+            c.clock.advance(0.01);
+            assert_eq!(read(g), first, "no change within an update period");
+        }
+        let mut changes = [0; 3];
+        let mut last = read(g);
+        for _ in 0..100 {
+            c.clock.advance(0.01);
+            let r = read(g);
+            changes[0] += usize::from(r.0 != last.0);
+            changes[1] += usize::from(r.1 != last.1);
+            changes[2] += usize::from(r.2 != last.2);
+            last = r;
+        }
+        assert_eq!(changes, [10; 3], "ten updates in one second");
+    }
+
+    #[test]
+    fn real_counter_publishes_the_last_update_late() {
+        let c = real_h100(true);
+        let g = &c.devices[0];
+        to_next_tick(&c, g);
+        let (tick, _) = g.last_tick(c.clock.now());
+        g.set_load(Load::Busy); // a step just after the update
+        let e_tick = g.state().energy_at_past(g.preset, tick);
+        c.clock.advance(0.05);
+        let counter = g.total_energy_consumption().unwrap() as f64 / 1000.0;
+        assert!((counter - e_tick).abs() < 1e-3, "{counter} vs {e_tick}");
+        assert!(
+            g.true_energy_j() - counter > 30.0,
+            "50 ms of busy power not counted yet"
+        );
+        // The next update shows up only `counter_delay_s` after it happens.
+        let next = tick + g.preset.power_update_period_s;
+        c.clock
+            .advance(next + g.preset.counter_delay_s / 2.0 - c.clock.now());
+        assert_eq!(
+            g.total_energy_consumption().unwrap() as f64 / 1000.0,
+            counter
+        );
+        c.clock.advance(g.preset.counter_delay_s);
+        let e_next = g.state().energy_at_past(g.preset, next);
+        let counter = g.total_energy_consumption().unwrap() as f64 / 1000.0;
+        assert!((counter - e_next).abs() < 1e-3, "{counter} vs {e_next}");
+    }
+
+    #[test]
+    fn real_average_power_lags_a_step_and_instant_does_not() {
+        let c = real_h100(true);
+        let g = &c.devices[0];
+        c.clock.advance(3.0);
+        g.set_load(Load::Busy);
+        let busy = g.true_power_w();
+        c.clock.advance(0.25);
+        let instant = g.instant_power_usage().unwrap() as f64 / 1000.0;
+        let average = g.average_power_usage().unwrap() as f64 / 1000.0;
+        assert!((instant - busy).abs() < 0.011 * busy, "{instant} vs {busy}");
+        assert!(
+            average < 0.5 * busy,
+            "a 1 s average 0.25 s after the step: {average}"
+        );
+        c.clock.advance(1.2);
+        let average = g.average_power_usage().unwrap() as f64 / 1000.0;
+        assert!((average - busy).abs() < 0.011 * busy, "{average} vs {busy}");
+    }
+
+    #[test]
+    fn real_energy_read_costs_cpu_on_the_real_clock() {
+        let c = real_h100(false);
+        let g = &c.devices[0];
+        let t = std::time::Instant::now();
+        for _ in 0..3 {
+            g.total_energy_consumption().unwrap();
+        }
+        let spent = t.elapsed().as_secs_f64() / 3.0;
+        assert!(spent >= g.preset.energy_read_cost_s, "{spent}");
+        let t = std::time::Instant::now();
+        for _ in 0..100 {
+            g.instant_power_usage().unwrap();
+        }
+        assert!(t.elapsed().as_secs_f64() / 100.0 < 1e-3);
+    }
+
+    #[test]
+    fn workload_by_name_and_the_h100_default() {
+        let c = real_h100(true);
+        let (t, p) = c.devices[0].busy_steady_state();
+        assert!((t - 0.039834).abs() < 1e-9 && (p - 658.1).abs() < 1e-6);
+        assert_eq!(
+            Workload::parse("Stream_Add_FP32").unwrap(),
+            Workload::Builtin("stream_add_fp32")
+        );
+        let e = Workload::parse("/no/such.csv").unwrap_err().to_string();
+        assert!(
+            e.contains("bert_train_step") && e.contains("/no/such.csv"),
+            "{e}"
+        );
     }
 
     proptest! {

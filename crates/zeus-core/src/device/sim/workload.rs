@@ -13,6 +13,10 @@
 //! Inverting the curve's time ratio gives `f_p`; locking the clock at `f < f_p` gives
 //! `time = T_max * (α f_max / f + (1 - α) m_max / m)` and dynamic power `∝ (f / f_p)^3`
 //! (frequency times voltage squared, voltage roughly proportional to frequency).
+//!
+//! Measured workloads ([`WorkloadCurve::builtin`]) also carry a clock curve: time and power per
+//! unit with the SM clock locked, measured at the board's default power limit. With a clock lock
+//! they follow it instead of the model above (see [`WorkloadCurve::steady_state`]).
 
 use std::path::Path;
 
@@ -58,10 +62,163 @@ pub enum CurveError {
     Csv { path: String, message: String },
 }
 
-/// A workload's behaviour across power limits.
+/// One measured point of a workload with the SM clock locked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockPoint {
+    /// Locked SM clock as a fraction of the board's maximum graphics clock.
+    pub clock_fraction: f64,
+    pub time_per_unit_s: f64,
+    pub average_power_w: f64,
+}
+
+/// A clock sweep, measured at one power limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClockCurve {
+    /// The power limit the sweep ran at, W.
+    pub power_limit_w: f64,
+    points: Vec<ClockPoint>, // sorted by clock, ascending
+}
+
+impl ClockCurve {
+    /// `(time per unit s, power W)` at a clock `fraction` of the maximum, interpolated linearly
+    /// and clamped to the measured range.
+    fn at(&self, fraction: f64) -> (f64, f64) {
+        let pts = &self.points;
+        let first = pts[0];
+        let last = pts[pts.len() - 1];
+        if fraction <= first.clock_fraction {
+            return (first.time_per_unit_s, first.average_power_w);
+        }
+        if fraction >= last.clock_fraction {
+            return (last.time_per_unit_s, last.average_power_w);
+        }
+        let k = pts.partition_point(|q| q.clock_fraction <= fraction);
+        let (a, b) = (pts[k - 1], pts[k]);
+        let w = (fraction - a.clock_fraction) / (b.clock_fraction - a.clock_fraction);
+        (
+            a.time_per_unit_s + w * (b.time_per_unit_s - a.time_per_unit_s),
+            a.average_power_w + w * (b.average_power_w - a.average_power_w),
+        )
+    }
+
+    pub fn points(&self) -> &[ClockPoint] {
+        &self.points
+    }
+}
+
+/// A workload's behaviour across power limits (and, for measured workloads, locked clocks).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadCurve {
     points: Vec<CurvePoint>, // sorted by power limit, ascending
+    clock: Option<ClockCurve>,
+    /// Whether power is capped at the limit. Synthetic curves are; measured ones keep what the
+    /// board drew, which can exceed the limit.
+    capped: bool,
+}
+
+/// The board the built-in workloads were measured on: an H100 80GB HBM3, whose maximum power
+/// limit is 700 W and maximum SM clock 1980 MHz.
+const MEASURED_MAX_POWER_W: f64 = 700.0;
+const MEASURED_MAX_CLOCK_MHZ: f64 = 1980.0;
+
+/// A workload measured on that board: `(power limit W, s per unit, average W)` for the
+/// power-limit sweep (700 to 200 W) and `(SM clock MHz, s per unit, average W)` for the clock
+/// sweep at 700 W.
+struct MeasuredWorkload {
+    name: &'static str,
+    description: &'static str,
+    power_limits: &'static [(f64, f64, f64)],
+    clocks: &'static [(f64, f64, f64)],
+}
+
+/// Calibrated from sweeps measured on an H100 (`shared/data/h100/`: one unit of work repeated
+/// for 3 s per setting after 1 s of warm-up, energy from the NVML counter).
+const MEASURED: &[MeasuredWorkload] = &[
+    MeasuredWorkload {
+        name: "matmul_bf16",
+        description: "20 bf16 8192^3 matmuls (compute-bound; power-capped at the top limit)",
+        power_limits: &[
+            (700.0, 0.032479, 689.2),
+            (650.0, 0.033769, 650.0),
+            (600.0, 0.034993, 596.7),
+            (550.0, 0.036589, 554.8),
+            (500.0, 0.038560, 497.5),
+            (450.0, 0.041370, 450.5),
+            (400.0, 0.044967, 402.6),
+            (350.0, 0.066988, 353.1),
+            (300.0, 0.078764, 297.2),
+            (250.0, 0.093126, 249.6),
+            (200.0, 0.124516, 198.6),
+        ],
+        clocks: &[
+            (1980.0, 0.032642, 705.9),
+            (1740.0, 0.032721, 704.4),
+            (1500.0, 0.032672, 704.5),
+            (1245.0, 0.035351, 608.6),
+            (1005.0, 0.043187, 414.1),
+            (750.0, 0.061992, 381.0),
+        ],
+    },
+    MeasuredWorkload {
+        name: "stream_add_fp32",
+        description: "10 out-of-place fp32 adds over 1 GiB tensors (memory-bound)",
+        power_limits: &[
+            (700.0, 0.007126, 517.7),
+            (650.0, 0.007126, 534.7),
+            (600.0, 0.007126, 535.7),
+            (550.0, 0.007126, 523.0),
+            (500.0, 0.007126, 494.8),
+            (450.0, 0.007129, 444.8),
+            (400.0, 0.007137, 395.4),
+            (350.0, 0.007415, 343.8),
+            (300.0, 0.008743, 300.2),
+            (250.0, 0.010544, 258.2),
+            (200.0, 0.010544, 264.4),
+        ],
+        clocks: &[
+            (1980.0, 0.007126, 542.4),
+            (1740.0, 0.007126, 499.1),
+            (1500.0, 0.007128, 451.0),
+            (1245.0, 0.007157, 368.6),
+            (1005.0, 0.008606, 308.9),
+            (750.0, 0.012485, 242.9),
+        ],
+    },
+    MeasuredWorkload {
+        name: "bert_train_step",
+        description: "one bf16-autocast AdamW step of an 8-layer, 1024-wide BERT, batch 32 x 512",
+        power_limits: &[
+            (700.0, 0.039834, 658.1),
+            (650.0, 0.040152, 643.4),
+            (600.0, 0.041267, 594.0),
+            (550.0, 0.042447, 535.1),
+            (500.0, 0.044241, 486.9),
+            (450.0, 0.045827, 452.3),
+            (400.0, 0.047628, 405.6),
+            (350.0, 0.052158, 351.3),
+            (300.0, 0.058970, 300.9),
+            (250.0, 0.075010, 250.9),
+            (200.0, 0.108956, 201.4),
+        ],
+        clocks: &[
+            (1980.0, 0.042437, 636.8),
+            (1740.0, 0.041916, 582.2),
+            (1500.0, 0.045311, 482.9),
+            (1245.0, 0.049327, 365.6),
+            (1005.0, 0.058452, 292.2),
+            (750.0, 0.082732, 239.7),
+        ],
+    },
+];
+
+/// Names of the built-in measured workloads, for `ZEUS_SIM_WORKLOAD` and error messages.
+pub fn builtin_names() -> Vec<&'static str> {
+    MEASURED.iter().map(|w| w.name).collect()
+}
+
+/// `(name, description)` of each built-in measured workload.
+pub fn builtin_descriptions() -> Vec<(&'static str, &'static str)> {
+    MEASURED.iter().map(|w| (w.name, w.description)).collect()
 }
 
 impl WorkloadCurve {
@@ -93,7 +250,51 @@ impl WorkloadCurve {
         {
             return Err(CurveError::DuplicatePowerLimit(w[0].power_limit_w));
         }
-        Ok(WorkloadCurve { points })
+        Ok(WorkloadCurve {
+            points,
+            clock: None,
+            capped: true,
+        })
+    }
+
+    /// A built-in measured workload (see [`builtin_names`]) on a board whose maximum power limit
+    /// is `max_power_limit_w`: power limits and power scale with it; time per unit is as measured.
+    pub fn builtin(name: &str, max_power_limit_w: f64) -> Option<WorkloadCurve> {
+        let w = MEASURED
+            .iter()
+            .find(|w| w.name.eq_ignore_ascii_case(name.trim()))?;
+        let scale = max_power_limit_w / MEASURED_MAX_POWER_W;
+        let points = w
+            .power_limits
+            .iter()
+            .map(|&(pl, t, p)| CurvePoint {
+                power_limit_w: pl * scale,
+                time_per_epoch_s: t,
+                average_power_w: p * scale,
+            })
+            .collect();
+        let mut curve = WorkloadCurve::new(points).expect("built-in curves are valid");
+        let mut clocks: Vec<ClockPoint> = w
+            .clocks
+            .iter()
+            .map(|&(mhz, t, p)| ClockPoint {
+                clock_fraction: mhz / MEASURED_MAX_CLOCK_MHZ,
+                time_per_unit_s: t,
+                average_power_w: p * scale,
+            })
+            .collect();
+        clocks.sort_by(|a, b| a.clock_fraction.total_cmp(&b.clock_fraction));
+        curve.capped = false;
+        curve.clock = Some(ClockCurve {
+            power_limit_w: max_power_limit_w,
+            points: clocks,
+        });
+        Some(curve)
+    }
+
+    /// The clock sweep of a measured workload, if it has one.
+    pub fn clock_curve(&self) -> Option<&ClockCurve> {
+        self.clock.as_ref()
     }
 
     /// The default curve scaled to a board whose maximum power limit is `max_power_limit_w`,
@@ -163,7 +364,9 @@ impl WorkloadCurve {
     }
 
     /// `(time per unit of work s, average power W)` at power limit `pl_w`, interpolated linearly
-    /// and clamped to the measured range. Power never exceeds the limit.
+    /// and clamped to the measured range. Power never exceeds the limit, except on measured
+    /// curves inside their range, where the measurement stands even when the board overshot
+    /// its limit (the H100 drew 264 W at a 200 W limit on a memory-bound workload).
     pub fn at(&self, pl_w: f64) -> (f64, f64) {
         let pts = &self.points;
         let (t, p) = if pl_w <= pts[0].power_limit_w {
@@ -180,7 +383,11 @@ impl WorkloadCurve {
                 a.average_power_w + w * (b.average_power_w - a.average_power_w),
             )
         };
-        (t, p.min(pl_w))
+        if self.capped || pl_w < pts[0].power_limit_w {
+            (t, p.min(pl_w))
+        } else {
+            (t, p)
+        }
     }
 
     /// Steady state of a busy GPU: `(seconds per unit of work, power W)` at power limit `pl_w`
@@ -193,7 +400,40 @@ impl WorkloadCurve {
         gpu_clock_cap: f64,
         mem_clock_cap: f64,
     ) -> (f64, f64) {
+        let lock = (gpu_clock_cap < 1.0).then_some(gpu_clock_cap);
+        self.steady_state_locked(pl_w, idle_w, lock, mem_clock_cap)
+    }
+
+    /// [`steady_state`](Self::steady_state) with the SM clock lock given as `Some(fraction)` of
+    /// the maximum clock (a lock at the maximum is still a lock: measured workloads then follow
+    /// their clock sweep, which was measured separately from the power-limit sweep).
+    pub fn steady_state_locked(
+        &self,
+        pl_w: f64,
+        idle_w: f64,
+        gpu_lock: Option<f64>,
+        mem_clock_cap: f64,
+    ) -> (f64, f64) {
         let (t_p, p_p) = self.at(pl_w);
+        if let Some(clock) = &self.clock {
+            // Measured: the clock sweep stands at its own power limit; below it, whichever of
+            // the two constraints binds harder. The memory clock keeps the model's share.
+            let m = mem_clock_cap.clamp(1e-3, 1.0);
+            let mem_factor = COMPUTE_BOUND + (1.0 - COMPUTE_BOUND) / m;
+            let (t, p) = match gpu_lock {
+                None => (t_p, p_p),
+                Some(f) => {
+                    let (t_c, p_c) = clock.at(f.clamp(1e-3, 1.0));
+                    if pl_w >= clock.power_limit_w {
+                        (t_c, p_c)
+                    } else {
+                        (t_c.max(t_p), p_c.min(p_p))
+                    }
+                }
+            };
+            return (t * mem_factor, p);
+        }
+        let gpu_clock_cap = gpu_lock.unwrap_or(1.0);
         let t_max = self.max_point().time_per_epoch_s;
         let ratio = (t_p / t_max).max(1.0);
         // Natural clock at this power limit, as a fraction of the maximum.
@@ -280,6 +520,44 @@ mod tests {
         .unwrap();
         let e = WorkloadCurve::from_csv(&path).unwrap_err().to_string();
         assert!(e.contains("abc") && e.contains("row 2"), "{e}");
+    }
+
+    #[test]
+    fn measured_workloads_follow_both_sweeps() {
+        assert_eq!(
+            builtin_names(),
+            ["matmul_bf16", "stream_add_fp32", "bert_train_step"]
+        );
+        let c = WorkloadCurve::builtin("BERT_TRAIN_STEP", 700.0).unwrap();
+        // The power-limit sweep, unlocked: 700 W and 200 W as measured.
+        let (t, p) = c.steady_state_locked(700.0, 70.0, None, 1.0);
+        assert!(
+            (t - 0.039834).abs() < 1e-9 && (p - 658.1).abs() < 0.01,
+            "{t} {p}"
+        );
+        let (t, p) = c.steady_state_locked(200.0, 70.0, None, 1.0);
+        assert!(
+            (t - 0.108956).abs() < 1e-9 && (p - 201.4).abs() < 0.01,
+            "{t} {p}"
+        );
+        // The clock sweep at the default limit, locked at the maximum clock too.
+        let (t, p) = c.steady_state_locked(700.0, 70.0, Some(1.0), 1.0);
+        assert!(
+            (t - 0.042437).abs() < 1e-9 && (p - 636.8).abs() < 0.01,
+            "{t} {p}"
+        );
+        let (t, _) = c.steady_state_locked(700.0, 70.0, Some(750.0 / 1980.0), 1.0);
+        assert!((t - 0.082732).abs() < 1e-6, "{t}");
+        // A low limit and a high clock: the limit binds.
+        let (t, p) = c.steady_state_locked(200.0, 70.0, Some(1.0), 1.0);
+        assert!((t - 0.108956).abs() < 1e-9 && (p - 201.4).abs() < 0.01);
+        // Memory-bound at 200 W drew more than its limit; a measured curve keeps that.
+        let s = WorkloadCurve::builtin("stream_add_fp32", 700.0).unwrap();
+        assert!(s.at(200.0).1 > 260.0);
+        // Scaled to a 300 W board.
+        let a = WorkloadCurve::builtin("matmul_bf16", 300.0).unwrap();
+        assert!((a.at(300.0).1 - 689.2 * 300.0 / 700.0).abs() < 0.01);
+        assert!(WorkloadCurve::builtin("resnet", 700.0).is_none());
     }
 
     proptest! {
