@@ -19,6 +19,7 @@ _SIM_VARS = (
     "ZEUS_SIM_PRIVILEGED",
     "ZEUS_SIM_WORKLOAD",
     "ZEUS_SIM_LOAD",
+    "ZEUS_SIM_FIDELITY",
     "ZEUS_NVML_LIB",
     "CUDA_VISIBLE_DEVICES",
 )
@@ -26,9 +27,14 @@ _SIM_VARS = (
 
 @pytest.fixture(autouse=True)
 def _isolated_gpu_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every test starts with no GPU configuration and a fresh simulator/GPU singleton."""
+    """Every test starts with no GPU configuration and a fresh simulator/GPU singleton.
+
+    The simulated GPU runs at ideal fidelity (exact, free readings) unless a test asks for the
+    calibrated one (`sim_gpus(..., fidelity="real")`), so unit tests stay fast and exact.
+    """
     for var in _SIM_VARS:
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ZEUS_SIM_FIDELITY", "ideal")
     zeus.sim.reset()
     yield
     zeus.sim.reset()
@@ -51,12 +57,14 @@ def sim_gpus(monkeypatch: pytest.MonkeyPatch) -> SimFactory:
         visible: str | None = None,
         load: str = "idle",
         workload: str | os.PathLike[str] | None = None,
+        fidelity: str = "ideal",
     ) -> GPUs:
         monkeypatch.setenv("ZEUS_GPU_BACKEND", "sim")
         monkeypatch.setenv("ZEUS_SIM_GPUS", models)
         monkeypatch.setenv("ZEUS_SIM_CLOCK", clock)
         monkeypatch.setenv("ZEUS_SIM_PRIVILEGED", "1" if privileged else "0")
         monkeypatch.setenv("ZEUS_SIM_LOAD", load)
+        monkeypatch.setenv("ZEUS_SIM_FIDELITY", fidelity)
         if workload is not None:
             monkeypatch.setenv("ZEUS_SIM_WORKLOAD", os.fspath(workload))
         if visible is not None:

@@ -1,9 +1,15 @@
 //! [`EnergyMonitor`]: the measurement windows behind `zeus.monitor.ZeusMonitor`.
 //!
 //! Windows are keyed by name and independent of each other, so any number can be open at once,
-//! nested or overlapping. Opening one records the clock and every counter GPU's energy counter;
-//! closing it reads them again. GPUs without a counter (pre-Volta) are integrated from a
+//! nested or overlapping. Opening one records the clock and every counter GPU's energy; closing
+//! it takes them again. GPUs without a counter (pre-Volta) are integrated from a
 //! [`PowerMonitor`] timeline.
+//!
+//! Counter GPUs are read one of two ways ([`ReadMode`]): from the shared sampler's cache
+//! ([`super::sampler`]; no driver call on the caller's thread, energies interpolated to the exact
+//! call times), or directly (one `nvmlDeviceGetTotalEnergyConsumption` per GPU per edge: exact on
+//! an ideal device, but on real drivers a few milliseconds of CPU and up to an update period
+//! stale).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -15,7 +21,8 @@ use std::sync::Arc;
 use super::counter::{counter_delta_joules, py_float};
 use super::error::{MonitorError, MonitorResult};
 use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
-use crate::device::{GpuResult, Gpus};
+use super::sampler::{Lease, Sampler};
+use crate::device::{Gpu, GpuResult, Gpus};
 
 /// FNV-1a: window names are short strings chosen by the program itself, so a keyed hash
 /// (SipHash, the default) buys nothing here and costs a noticeable share of a window pair.
@@ -53,6 +60,60 @@ pub const DISAGREEMENT_ABS_J: f64 = 1.0;
 /// ... and the window spans at least this many sampling periods (shorter windows are noise).
 pub const DISAGREEMENT_MIN_PERIODS: f64 = 10.0;
 
+/// How a monitor reads the energy counters of its GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// The sampler's cache where it helps: on the real clock, for devices whose counter moves
+    /// in steps (every real driver); direct reads for counters that are exact at every call
+    /// (the ideal simulated GPU) and on a virtual clock.
+    Auto,
+    /// Always the sampler's cache (not available on a virtual clock).
+    Cached,
+    /// Always a counter read on the caller's thread, at every window edge.
+    Direct,
+}
+
+impl ReadMode {
+    pub fn parse(s: &str) -> MonitorResult<ReadMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ReadMode::Auto),
+            "cached" => Ok(ReadMode::Cached),
+            "direct" => Ok(ReadMode::Direct),
+            _ => Err(MonitorError::InvalidArg(format!(
+                "reads must be 'auto', 'cached' or 'direct', got {s:?}"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReadMode::Auto => "auto",
+            ReadMode::Cached => "cached",
+            ReadMode::Direct => "direct",
+        }
+    }
+}
+
+/// How long [`EnergyMonitor::end_window`] with `exact` waits for the counter to cover the end
+/// of the window, in update periods (plus a fixed margin).
+const EXACT_WAIT_PERIODS: f64 = 4.0;
+
+/// Whether a counter changes between two reads a few milliseconds apart, twice in a row: then
+/// it is exact at every call (an ideal device), and reading it directly is both cheap and right.
+/// A real driver's counter moves once per update period, so at most one pair can straddle one.
+fn counter_is_continuous(dev: &dyn Gpu) -> GpuResult<bool> {
+    let mut last = dev.total_energy_consumption()?;
+    for _ in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let now = dev.total_energy_consumption()?;
+        if now == last {
+            return Ok(false);
+        }
+        last = now;
+    }
+    Ok(true)
+}
+
 /// An open window as reported by [`EnergyMonitor::open_windows`]: key, start time, and the
 /// start energy (J) of each counter GPU.
 pub type OpenWindowState = (String, f64, Vec<(usize, f64)>);
@@ -88,8 +149,12 @@ pub struct WindowEnd {
 #[derive(Debug)]
 struct OpenWindow {
     start: f64,
-    /// Counter readings (mJ), one per monitored GPU; 0 for GPUs without a counter.
+    /// Counter readings (mJ), one per monitored GPU; 0 for GPUs without a counter, and for GPUs
+    /// read through the sampler whose cache had a value.
     counters_mj: Vec<u64>,
+    /// Per monitored GPU: the sampler's estimate (J) at `start`, NaN where none was used. It is
+    /// re-evaluated at the end (the cache knows more by then) and only kept as a fallback.
+    cached_j: Vec<f64>,
 }
 
 /// Measurement windows over a fixed set of GPUs.
@@ -100,6 +165,11 @@ pub struct EnergyMonitor {
     /// Per monitored GPU: the counter refresh period (s), for the short-window warning.
     counter_period: Vec<f64>,
     windows: HashMap<String, OpenWindow, BuildHasherDefault<Fnv1a>>,
+    /// The sampler's hold on the GPUs read through it, and per monitored GPU its position in
+    /// the lease (`None`: read directly).
+    lease: Option<Lease>,
+    cached: Vec<Option<usize>>,
+    reads: ReadMode,
     /// Timeline for the GPUs without a counter, owned by this monitor.
     own_power: Option<Arc<PowerMonitor>>,
     /// A caller's timeline to cross-check counter energies against.
@@ -112,6 +182,7 @@ pub struct EnergyMonitor {
     /// Reusable buffers: keys and counter vectors of closed windows, and end readings.
     spare_keys: Vec<String>,
     spare_counters: Vec<Vec<u64>>,
+    spare_cached: Vec<Vec<f64>>,
     scratch: Vec<u64>,
     /// Row buffer reused for log lines.
     line: String,
@@ -145,6 +216,17 @@ impl EnergyMonitor {
         log_file: Option<&Path>,
         check_power: Option<Arc<PowerMonitor>>,
     ) -> MonitorResult<EnergyMonitor> {
+        EnergyMonitor::with_reads(gpus, indices, log_file, check_power, ReadMode::Auto)
+    }
+
+    /// [`EnergyMonitor::new`] with a choice of how counters are read.
+    pub fn with_reads(
+        gpus: Gpus,
+        indices: Option<Vec<usize>>,
+        log_file: Option<&Path>,
+        check_power: Option<Arc<PowerMonitor>>,
+        reads: ReadMode,
+    ) -> MonitorResult<EnergyMonitor> {
         let indices = indices.unwrap_or_else(|| (0..gpus.len()).collect());
         check_indices(&gpus, &indices)?;
         let mut has_counter = Vec::with_capacity(indices.len());
@@ -172,11 +254,40 @@ impl EnergyMonitor {
                 PowerMonitorOptions::default(),
             )?))
         };
+        if reads == ReadMode::Cached && gpus.clock().is_virtual() {
+            return Err(MonitorError::InvalidArg(
+                "reads='cached' needs the real clock: the sampler runs in real time; use 'auto' \
+                 or 'direct' on the simulator's virtual clock"
+                    .into(),
+            ));
+        }
+        let mut cached = vec![None; indices.len()];
+        let mut leased: Vec<Arc<dyn Gpu>> = Vec::new();
+        if reads != ReadMode::Direct && !gpus.clock().is_virtual() {
+            for (k, &i) in indices.iter().enumerate() {
+                let dev = gpus.device(i)?;
+                if has_counter[k]
+                    && (reads == ReadMode::Cached || !counter_is_continuous(dev.as_ref())?)
+                {
+                    cached[k] = Some(leased.len());
+                    leased.push(dev.clone());
+                }
+            }
+        }
+        let lease = if leased.is_empty() {
+            None
+        } else {
+            Some(Sampler::lease(&leased)?)
+        };
         let log = match log_file {
             None => None,
             Some(p) => Some(open_log(p, &indices)?),
         };
         Ok(EnergyMonitor {
+            lease,
+            cached,
+            reads,
+            spare_cached: Vec::new(),
             own_col: columns(&indices, own_power.as_ref()),
             check_col: columns(&indices, check_power.as_ref()),
             gpus,
@@ -208,6 +319,54 @@ impl EnergyMonitor {
         &self.has_counter
     }
 
+    /// The read mode asked for.
+    pub fn reads(&self) -> ReadMode {
+        self.reads
+    }
+
+    /// Per monitored GPU: whether its counter is read through the sampler's cache.
+    pub fn reads_cached(&self) -> Vec<bool> {
+        self.cached.iter().map(|c| c.is_some()).collect()
+    }
+
+    /// The sampler's cached energy (J) of monitored GPU `k` at `t`, marking `t` as a window edge.
+    /// `None` when the GPU is read directly, the cache has no anchor yet, or this process was
+    /// forked after the sampler started (its thread did not come along).
+    fn cached_at(&self, k: usize, t: f64, edge: bool) -> Option<f64> {
+        let lease = self.lease.as_ref()?;
+        let pos = self.cached[k]?;
+        if !lease.is_current() {
+            return None;
+        }
+        lease.watched(pos).with_track(|track| {
+            if edge {
+                track.add_hint(t);
+            }
+            track.energy_at(t)
+        })
+    }
+
+    /// Wait until the sampler has a counter value after `t` for every cached GPU, or give up
+    /// after a few update periods.
+    fn wait_settled(&self, t: f64) {
+        let Some(lease) = self.lease.as_ref().filter(|l| l.is_current()) else {
+            return;
+        };
+        let slowest = (0..lease.len())
+            .map(|k| lease.watched(k).with_track(|tr| tr.period()))
+            .fold(0.0, f64::max);
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_secs_f64(EXACT_WAIT_PERIODS * slowest + 0.2);
+        while std::time::Instant::now() < deadline && lease.sampler_running() {
+            let settled = (0..lease.len())
+                .all(|k| lease.watched(k).with_track(|tr| tr.is_settled(t)));
+            if settled {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     /// The power monitor of the GPUs without a counter, if any.
     pub fn power_monitor(&self) -> Option<&Arc<PowerMonitor>> {
         self.own_power.as_ref()
@@ -235,17 +394,26 @@ impl EnergyMonitor {
         self.windows.contains_key(key)
     }
 
-    /// Read every counter GPU into `out` (cleared first; 0 for GPUs without a counter).
-    fn read_counters(&self, out: &mut Vec<u64>) -> GpuResult<()> {
+    /// Read the counter of every counter GPU whose `cached` value is NaN into `out` (cleared
+    /// first; 0 for the others).
+    fn read_counters(&self, cached: &[f64], out: &mut Vec<u64>) -> GpuResult<()> {
         out.clear();
         for (k, &i) in self.indices.iter().enumerate() {
-            out.push(if self.has_counter[k] {
+            out.push(if self.has_counter[k] && cached[k].is_nan() {
                 self.gpus.device(i)?.total_energy_consumption()?
             } else {
                 0
             });
         }
         Ok(())
+    }
+
+    /// The sampler's estimates at `t` into `out` (NaN where there is none), marking an edge.
+    fn read_cached(&self, t: f64, out: &mut Vec<f64>) {
+        out.clear();
+        for k in 0..self.indices.len() {
+            out.push(self.cached_at(k, t, true).unwrap_or(f64::NAN));
+        }
     }
 
     /// A manual (virtual-clock) timeline only grows when sampled, so sample at window edges;
@@ -268,12 +436,21 @@ impl EnergyMonitor {
         // Buffers of closed windows are reused: a begin/end pair then allocates nothing but
         // the measurement it returns.
         let mut counters_mj = self.spare_counters.pop().unwrap_or_default();
-        self.read_counters(&mut counters_mj)?;
+        let mut cached_j = self.spare_cached.pop().unwrap_or_default();
+        self.read_cached(start, &mut cached_j);
+        self.read_counters(&cached_j, &mut counters_mj)?;
         self.sample_edges()?;
         let mut k = self.spare_keys.pop().unwrap_or_default();
         k.clear();
         k.push_str(key);
-        self.windows.insert(k, OpenWindow { start, counters_mj });
+        self.windows.insert(
+            k,
+            OpenWindow {
+                start,
+                counters_mj,
+                cached_j,
+            },
+        );
         Ok(())
     }
 
@@ -286,15 +463,30 @@ impl EnergyMonitor {
         cancel: bool,
         instant: Option<&InstantPower>,
     ) -> MonitorResult<WindowEnd> {
+        self.end_window_with(key, cancel, instant, false)
+    }
+
+    /// [`EnergyMonitor::end_window`]; with `exact`, GPUs read through the sampler wait (a few
+    /// hundred milliseconds at most) for the counter's next update after the window's end, so
+    /// both edges are interpolated between counter values instead of the end being extrapolated
+    /// with power readings.
+    pub fn end_window_with(
+        &mut self,
+        key: &str,
+        cancel: bool,
+        instant: Option<&InstantPower>,
+        exact: bool,
+    ) -> MonitorResult<WindowEnd> {
         let Some((k, w)) = self.windows.remove_entry(key) else {
             return Err(MonitorError::InvalidArg(format!(
                 "Measurement window '{key}' does not exist"
             )));
         };
-        let r = self.close(key, w.start, &w.counters_mj, cancel, instant);
+        let r = self.close(key, &w, cancel, instant, exact);
         if self.spare_keys.len() < SPARE_BUFFERS {
             self.spare_keys.push(k);
             self.spare_counters.push(w.counters_mj);
+            self.spare_cached.push(w.cached_j);
         }
         r
     }
@@ -302,11 +494,12 @@ impl EnergyMonitor {
     fn close(
         &mut self,
         key: &str,
-        start: f64,
-        start_mj: &[u64],
+        w: &OpenWindow,
         cancel: bool,
         instant: Option<&InstantPower>,
+        exact: bool,
     ) -> MonitorResult<WindowEnd> {
+        let (start, start_mj) = (w.start, &w.counters_mj);
         if cancel {
             return Ok(WindowEnd {
                 measurement: Measurement {
@@ -317,8 +510,31 @@ impl EnergyMonitor {
             });
         }
         let end = self.gpus.now();
+        // Cached GPUs: the end edge, and the start edge again with what the cache knows now.
+        let mut ends = vec![f64::NAN; self.indices.len()];
+        let mut starts = w.cached_j.clone();
+        if self.lease.is_some() {
+            for k in 0..self.indices.len() {
+                if !w.cached_j[k].is_nan() {
+                    self.cached_at(k, end, true); // marks the end edge
+                }
+            }
+            if exact {
+                self.wait_settled(end);
+            }
+            for k in 0..self.indices.len() {
+                if w.cached_j[k].is_nan() {
+                    continue;
+                }
+                if let Some(s) = self.cached_at(k, start, false) {
+                    starts[k] = s;
+                }
+                // No value now means the lease went stale (a fork): see below.
+                ends[k] = self.cached_at(k, end, false).unwrap_or(f64::NAN);
+            }
+        }
         let mut counters = std::mem::take(&mut self.scratch);
-        let read = self.read_counters(&mut counters);
+        let read = self.read_counters(&w.cached_j, &mut counters);
         self.scratch = counters;
         read?;
         let counters = &self.scratch;
@@ -336,7 +552,15 @@ impl EnergyMonitor {
         };
         let mut energy = Vec::with_capacity(self.indices.len());
         for (k, &i) in self.indices.iter().enumerate() {
-            let mut e = if self.has_counter[k] {
+            let mut e = if !w.cached_j[k].is_nan() {
+                let end_j = if ends[k].is_nan() {
+                    // The cache is gone (forked child): the counter itself is on the same scale.
+                    self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0
+                } else {
+                    ends[k]
+                };
+                (end_j - starts[k]).max(0.0)
+            } else if self.has_counter[k] {
                 counter_delta_joules(start_mj[k], counters[k])
             } else {
                 match (&own, self.own_col[k]) {

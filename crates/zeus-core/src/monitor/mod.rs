@@ -17,7 +17,7 @@ pub mod power;
 pub mod sampler;
 pub mod timeline;
 
-pub use energy::{EnergyMonitor, InstantPower, Measurement, WindowEnd};
+pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};
 pub use error::{MonitorError, MonitorResult};
 pub use power::{infer_counter_update_period, PowerMonitor, PowerMonitorOptions};
 pub use timeline::Timeline;

@@ -17,7 +17,7 @@ use super::device::PyGpus;
 use super::errors::gpu_error;
 use crate::device::Gpus;
 use crate::monitor::{
-    EnergyMonitor, InstantPower, MonitorError, PowerMonitor, PowerMonitorOptions,
+    EnergyMonitor, InstantPower, MonitorError, PowerMonitor, PowerMonitorOptions, ReadMode,
 };
 
 fn monitor_error(py: Python<'_>, e: MonitorError) -> PyErr {
@@ -440,7 +440,7 @@ impl PyZeusMonitor {
     /// framework's `sync(gpu_index)` or `None` (called once, on first use),
     /// `check_power` a `PowerMonitor` to cross-check counter energies against. Returns the
     /// `PowerMonitor` made for GPUs without an energy counter, or `None`.
-    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, resolve_sync, check_power))]
+    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, resolve_sync, check_power, reads = "auto"))]
     #[allow(clippy::too_many_arguments)]
     fn _init(
         &self,
@@ -451,12 +451,16 @@ impl PyZeusMonitor {
         log_file: Option<PathBuf>,
         resolve_sync: Option<Py<PyAny>>,
         check_power: Option<&Bound<'_, PyPowerMonitor>>,
+        reads: &str,
     ) -> PyResult<Option<Py<PyPowerMonitor>>> {
         let g = core_gpus(gpus)?;
         let check = check_power.map(|p| p.get().inner.clone());
+        let reads = ReadMode::parse(reads).py_err(py)?;
         let g2 = g.clone();
         let core = py
-            .detach(move || EnergyMonitor::new(g2, gpu_indices, log_file.as_deref(), check))
+            .detach(move || {
+                EnergyMonitor::with_reads(g2, gpu_indices, log_file.as_deref(), check, reads)
+            })
             .py_err(py)?;
         let own = core
             .power_monitor()
@@ -491,13 +495,14 @@ impl PyZeusMonitor {
 
     /// Close measurement window `key` and return its `Measurement` (see
     /// `zeus.monitor.ZeusMonitor`).
-    #[pyo3(signature = (key, sync_cuda = true, cancel = false))]
+    #[pyo3(signature = (key, sync_cuda = true, cancel = false, exact = false))]
     fn end_window(
         &self,
         py: Python<'_>,
         key: PyBackedStr,
         sync_cuda: bool,
         cancel: bool,
+        exact: bool,
     ) -> PyResult<Py<PyMeasurement>> {
         let st = self.state()?;
         // Instantaneous power is read before the sync, as the reference does: the sync waits
@@ -521,9 +526,14 @@ impl PyZeusMonitor {
         if sync_cuda {
             sync_all(py, st)?;
         }
-        let out = lock(&st.core)
-            .end_window(&key, cancel, instant.as_ref())
-            .py_err(py)?;
+        let out = if exact && !cancel {
+            // Waits for the counter's next update: let other Python threads run meanwhile.
+            let instant = instant.as_ref();
+            py.detach(|| lock(&st.core).end_window_with(&key, cancel, instant, true))
+        } else {
+            lock(&st.core).end_window_with(&key, cancel, instant.as_ref(), false)
+        }
+        .py_err(py)?;
         if !out.warnings.is_empty() {
             warn(py, &out.warnings)?;
         }
@@ -557,6 +567,18 @@ impl PyZeusMonitor {
     fn approx_instant_energy(&self) -> PyResult<bool> {
         Ok(self.state()?.approx)
     }
+
+    /// How energy counters are read: `"auto"`, `"cached"` or `"direct"`, as asked for.
+    #[getter]
+    fn reads(&self) -> PyResult<&'static str> {
+        Ok(lock(&self.state()?.core).reads().name())
+    }
+
+    /// Per monitored GPU: whether its counter is read through the sampler's cache.
+    #[getter]
+    fn _reads_cached(&self) -> PyResult<Vec<bool>> {
+        Ok(lock(&self.state()?.core).reads_cached())
+    }
 }
 
 /// The sampling period `PowerMonitor` picks for `gpu_indices`: half the shortest power update
@@ -576,8 +598,16 @@ fn infer_counter_update_period(py: Python<'_>, gpu_indices: Vec<usize>) -> PyRes
     .py_err(py)
 }
 
+/// Stop the process's energy sampler thread (registered with `atexit`, so that nothing of ours
+/// runs while the interpreter finalises). Monitors keep answering from what was cached.
+#[pyfunction]
+fn stop_sampler(py: Python<'_>) {
+    py.detach(crate::monitor::sampler::Sampler::stop_current);
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(infer_counter_update_period, m)?)?;
+    m.add_function(wrap_pyfunction!(stop_sampler, m)?)?;
     m.add_class::<PyMeasurement>()?;
     m.add_class::<PyPowerMonitor>()?;
     m.add_class::<PyZeusMonitor>()?;
