@@ -17,7 +17,11 @@ default and locked clocks are reset (also on SIGTERM). Without NVML or the GPU t
 The load is bf16 (fp16 where bf16 is unsupported) 8192x8192 matmuls. `environment` (printed
 first) gives the GPU, versions, the time of one matmul and the matmuls in a ~50 ms step and a
 ~12.5 ms unit. "The counter" means `nvmlDeviceGetTotalEnergyConsumption`, read with pynvml
-after a CUDA sync. Energy differences are `(x - reference) / reference` in percent.
+after a CUDA sync. It changes only once per update period (100 ms on an H100, where it also
+shows an update ~15 ms late), so a read right after a sync ("naive") can miss up to ~115 ms of
+energy. "Aligned" references therefore read it just as it changes (for an end edge: the first
+change that covers the edge) and correct the few ms of slack with the instant power; both are
+reported. Differences are `(x - reference) / reference` in percent.
 
 Figures:
 - nvml_read_cost: wall and thread-CPU time of one pynvml call, idle GPU: `energy_counter`,
@@ -30,27 +34,33 @@ Figures:
 - window_cost: one `begin_window` + `end_window` pair, idle GPU, per monitor mode
   (`direct`, `cached`: `ZeusMonitor(reads=...)`; `default` only when no mode is accepted) and
   `sync_false` / `sync_true`: `{"pairs", "wall_us", "cpu_us", "process_cpu_per_pair_us"}`
-  (the last includes background threads), plus `background_cpu_pct` (process CPU share of an
-  idle second with the monitor alive; `baseline` without one).
+  (the last includes background threads), plus `background_cpu_pct`: the process's CPU share
+  of an idle second (`baseline` before any monitor, then after creating each mode's monitor;
+  the cached mode's sampler thread is process-wide, so later figures run with it).
 - step_overhead: 60 steps of ~50 ms (matmuls + sync) with no window (`none`) and a window around
   each step per mode (segments in ABC..CBA order): `{"mean_ms", "median_ms", "std_ms",
   "overhead_pct", "overhead_median_pct"}` (vs `none`).
-- window_vs_counter: 3 windows of ~2.4 s load, all modes nested over the same load, each vs the
-  counter read just outside them: `counter_j`, per mode `{"energy_j", "diff_pct",
-  "mean_diff_pct", "max_abs_diff_pct"}`.
+- window_vs_counter: 3 windows of ~2.4 s load, all modes nested over the same load (nesting
+  order rotated), each vs the counter just outside them: `counter_j` (naive, as asked: read
+  before begin_window and after end_window), `counter_aligned_j`; per mode `{"energy_j",
+  "diff_pct", "mean_diff_pct", "max_abs_diff_pct"}` vs naive and the same with `_aligned`.
 - power_monitor_domains: `PowerMonitor(power_domains=[d])` for d in device_instant,
-  device_average, memory_average (`accepted`, `rejected`); idle, 4 s load, idle; energy
-  integrated over the load (`A`) and over the load with 1 s idle margins (`B`) vs the counter:
-  per domain `{"A_err_pct", "B_err_pct", "A_mean_err_pct", "B_mean_err_pct"}` (memory_average
-  measures memory only, so its "error" is a share, not an error).
-- short_window_spread: truth = counter energy per ~12.5 ms unit of matmuls over long windows
-  (`truth_j_per_unit`, `truth_spread_pct`); then 60 windows of 0.2-0.33 s (random units, seed 0,
-  random idle gaps), all modes nested over the same units (sync_cuda=True), plus
-  `cached_exact` (`end_window(exact=True)`) and `pynvml` (the counter itself); per mode
-  `{"rel_std_pct", "worst_abs_dev_pct", "mean_bias_pct", "zero_windows", "n"}` of energy per
-  unit vs truth.
+  device_average, memory_average (`accepted`, `rejected`: construction raised); idle, 4 s load,
+  idle; energy integrated by `get_energy(power_domain=d)` over exactly the load (`A`) and over
+  the load with 1 s idle margins (`B`) vs the aligned counter (`counter_A_j`, `counter_B_j`)
+  and vs naive reads (`counter_*_naive_j`); per domain `{A,B,A_naive,B_naive}_err_pct` (one per
+  repetition) and `..._mean_err_pct`, plus `update_period_s`.
+- short_window_spread: truth = aligned counter energy per ~12.5 ms unit of matmuls over 3 s
+  runs (all but one before, one after; `truth_j_per_unit`, `truth_windows_j_per_unit`,
+  `truth_spread_pct`, `truth_naive_windows_j_per_unit`); then one pass per mode over the same
+  plan (seed 0) of 60 windows of 0.2-0.33 s (whole units) with random 0-0.2 s idle gaps before
+  about half, each window wrapping exactly its units (sync_cuda=True): `direct`, `cached`,
+  `cached_exact` (`end_window(exact=True)`); per mode `{"rel_std_pct", "worst_abs_dev_pct",
+  "mean_bias_pct", "zero_windows", "n"}` of energy per unit vs truth.
 - plo_regret (root only): sweep of power limits from max to min in 50 W steps (100 W with
-  --quick): per limit step time, energy and ZeusCost (eta 0.5, max power = max limit);
+  --quick): per limit, after 1 s warm-up, 2 s of steps: `step_ms`, `step_j` (mean power from the
+  slope of the counter's updates, polled by a thread, x step time; `step_j_naive` from two
+  reads) and ZeusCost `cost` (eta 0.5, max power = max limit);
   then `GlobalPowerLimitOptimizer(ZeusCost(0.5, 1), warmup_steps=10, profile_steps=40)` on the
   same step: `chosen_w`, `sweep_best_w`, `regret_pct` ((sweep cost at chosen - min) / min).
 """
@@ -151,9 +161,25 @@ def _clean(x: Any) -> Any:
         return str(x)
 
 
+# The JSON lines' stream. main() points sys.stdout at stderr, so that whatever else prints
+# (zeus's loggers write to sys.stdout) does not mix with them.
+_OUT = sys.stdout
+
+
 def emit(figure: str, **values: Any) -> None:
-    sys.stdout.write(json.dumps(_clean({"figure": figure, **values})) + "\n")
-    sys.stdout.flush()
+    _OUT.write(json.dumps(_clean({"figure": figure, **values})) + "\n")
+    _OUT.flush()
+
+
+def _logs_to_stderr() -> None:
+    """Move logging handlers that write to the JSON stream over to stderr."""
+    import logging
+
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for lg in loggers:
+        for hd in getattr(lg, "handlers", []):
+            if isinstance(hd, logging.StreamHandler) and hd.stream is _OUT:
+                hd.setStream(sys.stderr)
 
 
 def err(e: BaseException) -> str:
@@ -231,7 +257,7 @@ class BackgroundLoad:
             self.error = err(e)
 
     def __enter__(self) -> BackgroundLoad:
-        self.ctx.loads.append(self)
+        self.ctx.threads.append(self)
         self.thread.start()
         return self
 
@@ -258,7 +284,7 @@ class Ctx:
         self.n_step = 1
         self.n_unit = 1
         self.zeus_gpus: Any = None
-        self.loads: list[BackgroundLoad] = []
+        self.threads: list[Any] = []  # objects with a `stop` Event, set at the end
         self.original_limit_mw: int | None = None
 
     def counter_mj(self) -> int:
@@ -342,6 +368,93 @@ def nvml_handle(nvml: Any, gpu: int) -> tuple[Any, str]:
     return nvml.nvmlDeviceGetHandleByIndex(gpu), "index"
 
 
+# How long after an update the energy counter shows it (as measured on an H100, driver 580).
+COUNTER_DELAY_S = 0.015
+
+Edge = tuple  # (joules, perf time the joules are counted up to, watts then)
+
+
+def power_w(ctx: Ctx) -> float:
+    try:
+        return ctx.power_instant_mw() / 1000
+    except Exception:
+        return ctx.nvml.nvmlDeviceGetPowerUsage(ctx.h) / 1000
+
+
+def counter_edge(ctx: Ctx, not_before: float | None = None) -> Edge:
+    """Wait for the energy counter's next update; return (J, t, W): its energy up to time t.
+
+    A counter read right after a sync can be up to one update period (100 ms on an H100) stale;
+    reading it just as it changes is not. With `not_before` (a perf_counter time), the update
+    must come after it, so the energy covers everything up to `not_before`.
+    """
+    if not_before is not None:
+        delay = not_before + COUNTER_DELAY_S + 0.005 - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+    last = ctx.counter_mj()
+    deadline = time.perf_counter() + 2.0
+    while True:
+        r0 = time.perf_counter()
+        v = ctx.counter_mj()
+        r1 = time.perf_counter()
+        if v != last:
+            return v / 1000, (r0 + r1) / 2 - COUNTER_DELAY_S, power_w(ctx)
+        if r1 > deadline:
+            raise RuntimeError("the energy counter did not change for 2 s")
+
+
+def edge_energy(e0: Edge, ta: float, e1: Edge, tb: float) -> float:
+    """Counter energy over [ta, tb] from edges near ta and tb (the slack at power then)."""
+    (j0, t0, p0), (j1, t1, p1) = e0, e1
+    return (j1 - j0) - p0 * (ta - t0) - p1 * (t1 - tb)
+
+
+class CounterPoller:
+    """Reads the energy counter back to back on a thread; keeps (time, J) at each change."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.points: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.error: str | None = None
+        self.thread = threading.Thread(target=self._run, name="counter-poller", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            last = self.ctx.counter_mj()
+            while not self.stop.is_set():
+                r0 = time.perf_counter()
+                v = self.ctx.counter_mj()
+                r1 = time.perf_counter()
+                if v != last:
+                    self.points.append(((r0 + r1) / 2, v / 1000))
+                    last = v
+                if r1 - r0 < 5e-4:
+                    time.sleep(5e-4)
+        except Exception as e:
+            self.error = err(e)
+
+    def power_w(self, t0: float, t1: float) -> float | None:
+        """Mean power over [t0, t1]: least-squares slope of the counter's updates in it."""
+        pts = [p for p in list(self.points) if t0 <= p[0] <= t1]
+        if len(pts) < 3:
+            return None
+        mt = statistics.fmean(t for t, _ in pts)
+        mj = statistics.fmean(j for _, j in pts)
+        den = sum((t - mt) ** 2 for t, _ in pts)
+        return sum((t - mt) * (j - mj) for t, j in pts) / den if den else None
+
+    def __enter__(self) -> CounterPoller:
+        self.ctx.threads.append(self)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
 def setup_torch(ctx: Ctx) -> None:
     import torch
 
@@ -375,24 +488,26 @@ def setup_torch(ctx: Ctx) -> None:
 # ---- zeus helpers -----------------------------------------------------------------------------
 
 
-def make_monitors(ctx: Ctx) -> tuple[dict[str, Any], dict[str, str]]:
+def make_monitors(
+    ctx: Ctx, modes: tuple[str, ...] = MODES, fallback: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
     """`{mode: ZeusMonitor}` for the accepted `reads=` modes, `{mode: error}` for the others.
 
-    When no mode is accepted (a build without `reads=`), the plain monitor is measured as
-    `default` so the figure still says something.
+    With `fallback`, when no mode is accepted (a build without `reads=`), the plain monitor is
+    measured as `default` so the figure still says something.
     """
     from zeus.monitor import ZeusMonitor
 
     mons: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for mode in MODES:
+    for mode in modes:
         try:
             mons[mode] = ZeusMonitor(gpu_indices=[ctx.gpu], reads=mode)
         except TypeError as e:
             errors[mode] = "no reads= parameter" if "reads" in str(e) else err(e)
         except Exception as e:
             errors[mode] = err(e)
-    if not mons:
+    if not mons and fallback:
         mons["default"] = ZeusMonitor(gpu_indices=[ctx.gpu])
     return mons, errors
 
@@ -541,45 +656,58 @@ def _process_cpu_share(seconds: float) -> float:
     return (time.process_time() - p0) / (time.perf_counter() - w0) * 100
 
 
+def _pair_costs(ctx: Ctx, m: Any, n: int) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for sync in (False, True):
+        key = f"wc_{int(sync)}"
+        wall: list[float] = []
+        cpu: list[float] = []
+        deadline = time.monotonic() + 10.0
+        p0 = time.process_time()
+        for i in range(n + 5):
+            w0, c0 = time.perf_counter(), time.thread_time()
+            m.begin_window(key, sync_cuda=sync)
+            m.end_window(key, sync_cuda=sync)
+            c1, w1 = time.thread_time(), time.perf_counter()
+            if i >= 5:
+                wall.append(w1 - w0)
+                cpu.append(c1 - c0)
+            if time.monotonic() > deadline:
+                break
+        res[f"sync_{str(sync).lower()}"] = {
+            "pairs": len(wall),
+            "wall_us": summary(wall, 1e6),
+            "cpu_us": summary(cpu, 1e6),
+            "process_cpu_per_pair_us": (time.process_time() - p0) / max(1, len(wall)) * 1e6,
+        }
+    return res
+
+
 def fig_window_cost(ctx: Ctx) -> None:
     out: dict[str, Any] = {}
     ctx.sync()
+    # Monitors one at a time, direct first: a cached monitor starts a process-wide sampler
+    # thread whose CPU `background_cpu_pct` shows (it may outlive the monitor).
     bg: dict[str, Any] = {"baseline": _process_cpu_share(ctx.P["bg_cpu_s"])}
-    mons, errors = make_monitors(ctx)
-    try:
-        time.sleep(0.3)  # let a cached mode's reader start
-        for mode, m in mons.items():
+    for mode in MODES:
+        mons, errors = make_monitors(ctx, (mode,), fallback=False)
+        if mode in errors:
+            out[mode] = {"error": errors[mode]}
+            continue
+        try:
+            time.sleep(0.3)  # let a cached mode's sampler start
             bg[mode] = _process_cpu_share(ctx.P["bg_cpu_s"])
-            res: dict[str, Any] = {}
-            n = ctx.P["pairs_direct"] if mode != "cached" else ctx.P["pairs"]
-            for sync in (False, True):
-                key = f"wc_{int(sync)}"
-                wall: list[float] = []
-                cpu: list[float] = []
-                deadline = time.monotonic() + 10.0
-                p0 = time.process_time()
-                for i in range(n + 5):
-                    w0, c0 = time.perf_counter(), time.thread_time()
-                    m.begin_window(key, sync_cuda=sync)
-                    m.end_window(key, sync_cuda=sync)
-                    c1, w1 = time.thread_time(), time.perf_counter()
-                    if i >= 5:
-                        wall.append(w1 - w0)
-                        cpu.append(c1 - c0)
-                    if time.monotonic() > deadline:
-                        break
-                pairs = max(1, len(wall))
-                res[f"sync_{str(sync).lower()}"] = {
-                    "pairs": len(wall),
-                    "wall_us": summary(wall, 1e6),
-                    "cpu_us": summary(cpu, 1e6),
-                    "process_cpu_per_pair_us": (time.process_time() - p0) / pairs * 1e6,
-                }
-            out[mode] = res
-    finally:
-        close_monitors(mons)
-    for mode, e in errors.items():
-        out[mode] = {"error": e}
+            n = ctx.P["pairs"] if mode == "cached" else ctx.P["pairs_direct"]
+            out[mode] = _pair_costs(ctx, mons[mode], n)
+        finally:
+            close_monitors(mons)
+    if all("error" in out[mode] for mode in MODES):
+        mons, _ = make_monitors(ctx, ())
+        try:
+            bg["default"] = _process_cpu_share(ctx.P["bg_cpu_s"])
+            out["default"] = _pair_costs(ctx, mons["default"], ctx.P["pairs_direct"])
+        finally:
+            close_monitors(mons)
     emit("window_cost", **out, background_cpu_pct=bg, unit="us per pair")
 
 
@@ -625,6 +753,7 @@ def fig_window_vs_counter(ctx: Ctx) -> None:
     mons, errors = make_monitors(ctx)
     names = list(mons)
     counter_j: list[float] = []
+    aligned_j: list[float] = []
     window_s: list[float] = []
     energy: dict[str, list[float]] = {n: [] for n in names}
     try:
@@ -632,33 +761,46 @@ def fig_window_vs_counter(ctx: Ctx) -> None:
         for w in range(ctx.P["wvc_windows"]):
             order = rotated(names, w)
             ctx.sync()
-            c0, t0 = ctx.counter_mj(), time.perf_counter()
+            e0 = counter_edge(ctx)  # a fresh read: also the "just before" one
+            t0 = time.perf_counter()
             for n in order:
                 mons[n].begin_window("wvc", sync_cuda=True)
             ctx.busy(ctx.P["wvc_s"])
             got = {n: mons[n].end_window("wvc", sync_cuda=True) for n in reversed(order)}
             ctx.sync()
-            c1, t1 = ctx.counter_mj(), time.perf_counter()
-            counter_j.append((c1 - c0) / 1000)
+            t1 = time.perf_counter()
+            c1 = ctx.counter_mj()
+            e1 = counter_edge(ctx, not_before=t1)
+            counter_j.append(c1 / 1000 - e0[0])
+            aligned_j.append(edge_energy(e0, t0, e1, t1))
             window_s.append(t1 - t0)
             for n in names:
                 energy[n].append(window_energy(got[n], ctx.gpu))
-            log(f"window_vs_counter {w}: counter {counter_j[-1]:.1f} J")
+            log(
+                f"window_vs_counter {w}: counter {counter_j[-1]:.1f} J, aligned {aligned_j[-1]:.1f}"
+            )
     finally:
         close_monitors(mons)
     out: dict[str, Any] = {}
     for n in names:
-        diffs = [pct(e, c) for e, c in zip(energy[n], counter_j)]
-        ok = [d for d in diffs if d is not None]
-        out[n] = {
-            "energy_j": energy[n],
-            "diff_pct": diffs,
-            "mean_diff_pct": statistics.fmean(ok) if ok else None,
-            "max_abs_diff_pct": max(abs(d) for d in ok) if ok else None,
-        }
+        row: dict[str, Any] = {"energy_j": energy[n]}
+        for key, ref in (("diff", counter_j), ("diff_aligned", aligned_j)):
+            diffs = [pct(e, c) for e, c in zip(energy[n], ref)]
+            ok = [d for d in diffs if d is not None]
+            row[f"{key}_pct"] = diffs
+            row[f"mean_{key}_pct"] = statistics.fmean(ok) if ok else None
+            row[f"max_abs_{key}_pct"] = max(abs(d) for d in ok) if ok else None
+        out[n] = row
     for mode, e in errors.items():
         out[mode] = {"error": e}
-    emit("window_vs_counter", counter_j=counter_j, window_s=window_s, **out, unit="J, %")
+    emit(
+        "window_vs_counter",
+        counter_j=counter_j,
+        counter_aligned_j=aligned_j,
+        window_s=window_s,
+        **out,
+        unit="J, %",
+    )
 
 
 def _pick(result: Any, gpu: int, domain: str) -> float:
@@ -722,38 +864,56 @@ def fig_power_monitor_domains(ctx: Ctx) -> None:
 
         ctx.sync()
         time.sleep(1.5)  # samplers running, GPU idle
-        errs: dict[str, dict[str, list[Any]]] = {d: {"A": [], "B": []} for d in pms}
-        counters: dict[str, list[float]] = {"A": [], "B": []}
+        errs: dict[str, dict[str, list[Any]]] = {
+            d: {k: [] for k in ("A", "B", "A_naive", "B_naive")} for d in pms
+        }
+        counters: dict[str, list[float]] = {k: [] for k in ("A", "B", "A_naive", "B_naive")}
         load_w: list[float] = []
         for rep in range(ctx.P["pm_reps"]):
-            tb0, cb0 = ctx.now(), ctx.counter_mj()
+            off = ctx.now() - time.perf_counter()  # perf_counter -> PowerMonitor's clock
+            eb0 = counter_edge(ctx)
+            tb0 = time.perf_counter()
             time.sleep(1.0)
-            ta0, ca0 = ctx.now(), ctx.counter_mj()
+            ea0 = counter_edge(ctx)  # fresh: also the read "right at load start"
+            ta0 = time.perf_counter()
             ctx.busy(ctx.P["pm_load_s"])
-            ca1, ta1 = ctx.counter_mj(), ctx.now()
-            time.sleep(1.0)
-            cb1, tb1 = ctx.counter_mj(), ctx.now()
+            ta1 = time.perf_counter()
+            ca1 = ctx.counter_mj()
+            ea1 = counter_edge(ctx, not_before=ta1)
+            time.sleep(max(0.0, ta1 + 1.0 - time.perf_counter()))
+            tb1 = time.perf_counter()
+            cb1 = ctx.counter_mj()
+            eb1 = counter_edge(ctx, not_before=tb1)
             time.sleep(0.5)  # samples past the end
-            ref = {"A": (ca1 - ca0) / 1000, "B": (cb1 - cb0) / 1000}
-            counters["A"].append(ref["A"])
-            counters["B"].append(ref["B"])
+            ref = {
+                "A": edge_energy(ea0, ta0, ea1, ta1),
+                "B": edge_energy(eb0, tb0, eb1, tb1),
+                "A_naive": ca1 / 1000 - ea0[0],
+                "B_naive": cb1 / 1000 - eb0[0],
+            }
+            for k, v in ref.items():
+                counters[k].append(v)
             load_w.append(ref["A"] / (ta1 - ta0))
             for d in pms:
-                for sc, (s, e) in (("A", (ta0, ta1)), ("B", (tb0, tb1))):
+                for sc, (s0, s1) in (("A", (ta0, ta1)), ("B", (tb0, tb1))):
                     try:
-                        j = energy(d, s, e)
+                        j = energy(d, s0 + off, s1 + off)
                         errs[d][sc].append(None if j is None else pct(j, ref[sc]))
+                        naive = sc + "_naive"
+                        errs[d][naive].append(None if j is None else pct(j, ref[naive]))
                     except Exception as ex:
                         errs[d][sc].append(err(ex))
+                        errs[d][sc + "_naive"].append(err(ex))
             log(f"power_monitor_domains rep {rep}: load {ref['A']:.1f} J")
     finally:
         for pm in {id(p): p for p in pms.values()}.values():
             getattr(pm, "stop", lambda: None)()
     out: dict[str, Any] = {}
     for d, e in errs.items():
-        row: dict[str, Any] = {"A_err_pct": e["A"], "B_err_pct": e["B"]}
-        for sc in ("A", "B"):
+        row: dict[str, Any] = {}
+        for sc in ("A", "B", "A_naive", "B_naive"):
             nums = [x for x in e[sc] if isinstance(x, (int, float))]
+            row[f"{sc}_err_pct"] = e[sc]
             row[f"{sc}_mean_err_pct"] = statistics.fmean(nums) if nums else None
         period = getattr(pms[d], "update_period", None)
         row["update_period_s"] = period if isinstance(period, (int, float)) else None
@@ -766,6 +926,8 @@ def fig_power_monitor_domains(ctx: Ctx) -> None:
         get_energy_without_power_domain=no_domain_kw,
         counter_A_j=counters["A"],
         counter_B_j=counters["B"],
+        counter_A_naive_j=counters["A_naive"],
+        counter_B_naive_j=counters["B_naive"],
         load_power_w=load_w,
         domains=out,
         unit="% vs counter",
@@ -774,7 +936,7 @@ def fig_power_monitor_domains(ctx: Ctx) -> None:
 
 def fig_short_window_spread(ctx: Ctx) -> None:
     assert ctx.work is not None
-    P, gpu, n_unit = ctx.P, ctx.gpu, ctx.n_unit
+    work, P, gpu, n_unit = ctx.work, ctx.P, ctx.gpu, ctx.n_unit
     t_unit = n_unit * ctx.t_mm
     rng = random.Random(0)
     lo = max(1, math.ceil(0.2 / t_unit))
@@ -785,57 +947,67 @@ def fig_short_window_spread(ctx: Ctx) -> None:
     ]
     chunk = max(1, round(0.1 / t_unit))
 
-    def truth_window() -> float:
+    def truth_window() -> tuple[float, float]:
+        """Energy per unit over a long run of units: (aligned reads, naive reads after syncs)."""
         ctx.sync()
-        c0, t0, units = ctx.counter_mj(), time.perf_counter(), 0
+        e0 = counter_edge(ctx)
+        t0, units = time.perf_counter(), 0
         while time.perf_counter() - t0 < P["truth_s"]:
-            ctx.work.mm(n_unit * chunk)
+            work.mm(n_unit * chunk)
             units += chunk
             ctx.sync()
-        return (ctx.counter_mj() - c0) / 1000 / units
+        t1 = time.perf_counter()
+        c1 = ctx.counter_mj()
+        e1 = counter_edge(ctx, not_before=t1)
+        return edge_energy(e0, t0, e1, t1) / units, (c1 / 1000 - e0[0]) / units
+
+    def run_pass(m: Any, exact: bool) -> tuple[list[float], list[float]]:
+        """The plan's windows, one after another, each wrapping exactly its units."""
+        per_unit: list[float] = []
+        lengths: list[float] = []
+        for units, gap in plan:
+            if gap:
+                time.sleep(gap)  # the GPU idles (synced)
+            m.begin_window("sw", sync_cuda=True)
+            t0 = time.perf_counter()
+            work.mm(n_unit * units)
+            if exact:
+                got = m.end_window("sw", sync_cuda=True, exact=True)
+            else:
+                got = m.end_window("sw", sync_cuda=True)
+            lengths.append(time.perf_counter() - t0)
+            per_unit.append(window_energy(got, gpu) / units)
+        return per_unit, lengths
 
     mons, errors = make_monitors(ctx)
-    names = list(mons)
     exact_error: str | None = "no reads='cached' monitor"
     if "cached" in mons:
         exact_error = probe_exact(mons["cached"])
-    per_unit: dict[str, list[float]] = {n: [] for n in [*names, "pynvml"]}
+    passes: list[tuple[str, Any, bool]] = [(n, m, False) for n, m in mons.items()]
     if exact_error is None:
-        per_unit["cached_exact"] = []
+        passes.append(("cached_exact", mons["cached"], True))
+    results: dict[str, list[float]] = {}
     lengths: list[float] = []
     truth: list[float] = []
+    naive: list[float] = []
     try:
         ctx.busy(1.0)
         for _ in range(max(1, P["truth_windows"] - 1)):
-            truth.append(truth_window())
-        log(f"short_window_spread truth {truth}")
-        for i, (units, gap) in enumerate(plan):
-            if gap:
-                time.sleep(gap)
-            order = rotated(names, i)
-            if exact_error is None:
-                mons["cached"].begin_window("swx", sync_cuda=True)
-            for n in order:
-                mons[n].begin_window("sw", sync_cuda=True)
-            ctx.sync()
-            c0, t0 = ctx.counter_mj(), time.perf_counter()
-            ctx.work.mm(n_unit * units)
-            ctx.sync()
-            c1, t1 = ctx.counter_mj(), time.perf_counter()
-            for n in reversed(order):
-                per_unit[n].append(
-                    window_energy(mons[n].end_window("sw", sync_cuda=True), gpu) / units
-                )
-            if exact_error is None:
-                m = mons["cached"].end_window("swx", sync_cuda=True, exact=True)
-                per_unit["cached_exact"].append(window_energy(m, gpu) / units)
-            per_unit["pynvml"].append((c1 - c0) / 1000 / units)
-            lengths.append(t1 - t0)
-        truth.append(truth_window())
+            a, b = truth_window()
+            truth.append(a)
+            naive.append(b)
+        log(f"short_window_spread truth {truth} (naive {naive})")
+        for name, m, exact in passes:
+            results[name], ls = run_pass(m, exact)
+            lengths += ls
+            log(f"short_window_spread {name} done")
+        a, b = truth_window()
+        truth.append(a)
+        naive.append(b)
     finally:
         close_monitors(mons)
     t_mean = statistics.fmean(truth)
-    modes: dict[str, Any] = {n: spread(v, t_mean) for n, v in per_unit.items()}
+    modes: dict[str, Any] = {n: spread(v, t_mean) for n, v in results.items()}
     for mode, e in errors.items():
         modes[mode] = {"error": e}
     if exact_error is not None:
@@ -845,9 +1017,10 @@ def fig_short_window_spread(ctx: Ctx) -> None:
         truth_j_per_unit=t_mean,
         truth_windows_j_per_unit=truth,
         truth_spread_pct=(max(truth) - min(truth)) / t_mean * 100,
+        truth_naive_windows_j_per_unit=naive,
         unit_matmuls=n_unit,
         unit_ms=t_unit * 1e3,
-        windows=len(lengths),
+        windows_per_mode=len(plan),
         window_s={"min": min(lengths), "mean": statistics.fmean(lengths), "max": max(lengths)},
         modes=modes,
         unit="% of truth energy per unit",
@@ -880,22 +1053,39 @@ def fig_plo_regret(ctx: Ctx) -> None:
         return
     log(f"plo_regret: sweeping {len(limits)} limits {max_mw // 1000}..{limits[-1] // 1000} W")
     sweep: list[dict[str, Any]] = []
-    for pl in limits:
-        nvml.nvmlDeviceSetPowerManagementLimit(h, pl)
-        t_end = time.perf_counter() + P["sweep_warm_s"]
-        while time.perf_counter() < t_end:
-            ctx.step()
-        c0, t0, n = ctx.counter_mj(), time.perf_counter(), 0
-        while True:
-            ctx.step()
-            n += 1
-            if time.perf_counter() - t0 >= P["sweep_meas_s"]:
-                break
-        t1, c1 = time.perf_counter(), ctx.counter_mj()
-        e, t = (c1 - c0) / 1000 / n, (t1 - t0) / n
-        cost = eta * e + (1 - eta) * max_w * t
-        sweep.append({"power_limit_w": pl // 1000, "step_ms": t * 1e3, "step_j": e, "cost": cost})
-        log(f"  {pl // 1000} W: {t * 1e3:.1f} ms, {e:.2f} J per step")
+    # Energy per step = mean power (slope of the counter's updates, read by a thread) x time per
+    # step: two counter reads 2 s apart would each be up to an update period stale.
+    with CounterPoller(ctx) as poller:
+        for pl in limits:
+            nvml.nvmlDeviceSetPowerManagementLimit(h, pl)
+            t_end = time.perf_counter() + P["sweep_warm_s"]
+            while time.perf_counter() < t_end:
+                ctx.step()
+            c0, t0, n = ctx.counter_mj(), time.perf_counter(), 0
+            while True:
+                ctx.step()
+                n += 1
+                if time.perf_counter() - t0 >= P["sweep_meas_s"]:
+                    break
+            t1, c1 = time.perf_counter(), ctx.counter_mj()
+            t = (t1 - t0) / n
+            naive = (c1 - c0) / 1000 / n
+            watts = poller.power_w(t0, t1)
+            e = watts * t if watts is not None else naive
+            cost = eta * e + (1 - eta) * max_w * t
+            sweep.append(
+                {
+                    "power_limit_w": pl // 1000,
+                    "step_ms": t * 1e3,
+                    "step_j": e,
+                    "step_j_naive": naive,
+                    "power_w": watts,
+                    "cost": cost,
+                }
+            )
+            log(f"  {pl // 1000} W: {t * 1e3:.1f} ms, {e:.2f} J per step (naive {naive:.2f})")
+    if poller.error:
+        log(f"counter poller: {poller.error}")
     nvml.nvmlDeviceSetPowerManagementLimit(h, max_mw)
     costs = {row["power_limit_w"]: row["cost"] for row in sweep}
     best_w = min(costs, key=lambda w: costs[w])
@@ -1015,7 +1205,9 @@ def _on_term(signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _OUT
     args = parse_args(argv)
+    _OUT, sys.stdout = sys.stdout, sys.stderr
     warnings.simplefilter("ignore")  # short windows warn; not what is measured
     signal.signal(signal.SIGTERM, _on_term)
     try:
@@ -1081,6 +1273,7 @@ def main(argv: list[str] | None = None) -> int:
             if ctx.remaining() <= 0:
                 emit(name, error=f"skipped: time budget of {ctx.P['budget_s']:.0f} s spent")
                 continue
+            _logs_to_stderr()
             log(f"{name} ...")
             t0 = time.monotonic()
             try:
@@ -1095,8 +1288,8 @@ def main(argv: list[str] | None = None) -> int:
                         pass
             log(f"{name} done in {time.monotonic() - t0:.1f} s")
     finally:
-        for load in ctx.loads:
-            load.stop.set()
+        for th in ctx.threads:
+            th.stop.set()
         try:
             restore(ctx)
         finally:

@@ -35,7 +35,7 @@ for i in range(n):
          "power": pynvml.nvmlDeviceGetPowerUsage(h)}
     try:
         e0 = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
-        time.sleep(0.05)
+        time.sleep(0.25)  # longer than an update period, at either fidelity
         d["energy_delta"] = pynvml.nvmlDeviceGetTotalEnergyConsumption(h) - e0
     except pynvml.NVMLError as err:
         d["energy_error"] = err.value
@@ -78,7 +78,7 @@ from zeus.device import get_gpus, ZeusGPUNotSupportedError, ZeusGPUInvalidArgErr
 g = get_gpus()
 out = {"backend": g.backend, "names": [g.get_name(i) for i in range(len(g))]}
 e0 = g.get_total_energy_consumption(0)
-time.sleep(0.05)
+time.sleep(0.25)  # longer than an update period, at either fidelity
 out["delta"] = g.get_total_energy_consumption(0) - e0
 g.set_power_management_limit(0, 200_000)
 out["pl"] = g.get_power_management_limit(0)

@@ -120,7 +120,8 @@ def test_update_period_detected_by_sampling_through_nvml(monkeypatch):
     zeus.sim.reset()
     gpus = zeus.device.get_gpus()
     assert gpus.backend == "nvml"
-    assert gpus.get_power_update_period(0) is None
+    # Measured by watching the reading change (the simulated V100 updates every 20 ms).
+    assert gpus.get_power_update_period(0) == pytest.approx(0.02, abs=0.006)
     pm = PowerMonitor()
     try:
         # Half of 20 ms, give or take scheduling noise on a loaded machine; never 0.

@@ -358,8 +358,8 @@ impl EnergyMonitor {
         let deadline = std::time::Instant::now()
             + std::time::Duration::from_secs_f64(EXACT_WAIT_PERIODS * slowest + 0.2);
         while std::time::Instant::now() < deadline && lease.sampler_running() {
-            let settled = (0..lease.len())
-                .all(|k| lease.watched(k).with_track(|tr| tr.is_settled(t)));
+            let settled =
+                (0..lease.len()).all(|k| lease.watched(k).with_track(|tr| tr.is_settled(t)));
             if settled {
                 return;
             }

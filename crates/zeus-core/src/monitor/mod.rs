@@ -19,5 +19,5 @@ pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};
 pub use error::{MonitorError, MonitorResult};
-pub use power::{infer_counter_update_period, PowerMonitor, PowerMonitorOptions};
+pub use power::{infer_counter_update_period, PowerDomain, PowerMonitor, PowerMonitorOptions};
 pub use timeline::Timeline;

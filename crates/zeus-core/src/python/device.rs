@@ -3,7 +3,7 @@
 
 use pyo3::prelude::*;
 
-use super::errors::IntoPyResult;
+use super::errors::{gpu_error, IntoPyResult};
 use crate::device::{Gpu, GpuResult, Gpus};
 
 #[pyclass(name = "GPUs", module = "zeus._core", subclass, frozen)]
@@ -243,9 +243,13 @@ impl PyGpus {
         self.with_device(py, gpu_index, |d| d.total_energy_consumption())
     }
 
-    /// The driver's power update period in seconds when the backend knows it, else `None`.
+    /// How often the driver refreshes its power readings, seconds: the backend's figure where it
+    /// has one (the simulator), else measured by watching the reading change (up to 0.6 s; NVML
+    /// does not say). `None` when the reading did not change in that time, or on a virtual clock.
     fn get_power_update_period(&self, py: Python<'_>, gpu_index: usize) -> PyResult<Option<f64>> {
-        self.with_device(py, gpu_index, |d| Ok(d.power_update_period()))
+        let gpus = &self.inner;
+        py.detach(|| crate::monitor::power::detect_update_period(gpus, gpu_index))
+            .map_err(|e| gpu_error(py, e))
     }
 
     fn __repr__(&self) -> String {

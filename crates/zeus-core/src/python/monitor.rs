@@ -17,7 +17,8 @@ use super::device::PyGpus;
 use super::errors::gpu_error;
 use crate::device::Gpus;
 use crate::monitor::{
-    EnergyMonitor, InstantPower, MonitorError, PowerMonitor, PowerMonitorOptions, ReadMode,
+    EnergyMonitor, InstantPower, MonitorError, PowerDomain, PowerMonitor, PowerMonitorOptions,
+    ReadMode,
 };
 
 fn monitor_error(py: Python<'_>, e: MonitorError) -> PyErr {
@@ -197,6 +198,10 @@ fn make_measurement(
 ///     max_samples: Timeline length in samples (oldest dropped first); `None` keeps one hour.
 ///     background: Sample on a thread. `None` means yes, except on the simulator's virtual
 ///         clock, where nothing moves in real time and `sample_now()` drives sampling.
+///     power_domains: Readings to sample: `"device_instant"` (NVML's instant power) and/or
+///         `"device_average"` (`nvmlDeviceGetPowerUsage`, a trailing 1 s average on Ampere and
+///         newer, which lags load steps). `None` samples `device_instant` where every GPU has
+///         it, else `device_average`. The first is the default domain of queries.
 ///
 /// Use it as a context manager or call `stop()`.
 #[pyclass(name = "PowerMonitor", module = "zeus.monitor", frozen, subclass)]
@@ -229,19 +234,25 @@ impl PyPowerMonitor {
 #[pymethods]
 impl PyPowerMonitor {
     #[new]
-    #[pyo3(signature = (gpu_indices = None, update_period = None, max_samples = None, background = None))]
+    #[pyo3(signature = (gpu_indices = None, update_period = None, max_samples = None, background = None, power_domains = None))]
     fn new(
         py: Python<'_>,
         gpu_indices: Option<Vec<usize>>,
         update_period: Option<f64>,
         max_samples: Option<usize>,
         background: Option<bool>,
+        power_domains: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let gpus = core_gpus(&default_gpus(py)?)?;
+        let domains = power_domains
+            .map(|v| v.iter().map(|s| PowerDomain::parse(s)).collect())
+            .transpose()
+            .py_err(py)?;
         let opts = PowerMonitorOptions {
             update_period,
             max_samples,
             background,
+            domains,
         };
         let inner = py
             .detach(|| PowerMonitor::new(gpus, gpu_indices, opts))
@@ -317,35 +328,60 @@ impl PyPowerMonitor {
         false
     }
 
+    /// Sampled power domains; the first is the default of queries.
+    #[getter]
+    fn power_domains(&self) -> Vec<&'static str> {
+        self.inner.domains().iter().map(|d| d.name()).collect()
+    }
+
     /// Energy in joules per GPU over `[start_time, end_time]` (trapezoidal rule over the
     /// timeline, the window edges interpolated), or `None` with fewer than two points.
+    /// `power_domain` picks the timeline (default: the first of `power_domains`).
+    #[pyo3(signature = (start_time, end_time, power_domain = None))]
     fn get_energy<'py>(
         &self,
         py: Python<'py>,
         start_time: f64,
         end_time: f64,
+        power_domain: Option<&str>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.check_thread(py)?;
-        let v = self.inner.get_energy(start_time, end_time);
+        let d = parse_domain(py, power_domain)?;
+        let v = self
+            .inner
+            .get_energy_in(d, start_time, end_time)
+            .py_err(py)?;
         self.to_dict(py, v)
     }
 
     /// Power in watts per GPU: the latest sample if `time` is `None`, else the first sample at
     /// or after `time` (the latest if none). `None` if nothing was sampled yet.
-    #[pyo3(signature = (time = None))]
+    #[pyo3(signature = (time = None, power_domain = None))]
     fn get_power<'py>(
         &self,
         py: Python<'py>,
         time: Option<f64>,
+        power_domain: Option<&str>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.check_thread(py)?;
-        let v = self.inner.get_power(time);
+        let d = parse_domain(py, power_domain)?;
+        let v = self.inner.get_power_in(d, time).py_err(py)?;
         self.to_dict(py, v)
     }
 
-    /// The whole timeline: `(timestamps, {gpu_index: [watts, ...]})`, oldest first.
-    fn timeline<'py>(&self, py: Python<'py>) -> PyResult<(Vec<f64>, Bound<'py, PyDict>)> {
-        let (t, cols) = self.inner.with_timeline(|tl| tl.to_columns());
+    /// The whole timeline of `power_domain` (default: the first):
+    /// `(timestamps, {gpu_index: [watts, ...]})`, oldest first.
+    #[pyo3(signature = (power_domain = None))]
+    fn timeline<'py>(
+        &self,
+        py: Python<'py>,
+        power_domain: Option<&str>,
+    ) -> PyResult<(Vec<f64>, Bound<'py, PyDict>)> {
+        let dom = parse_domain(py, power_domain)?;
+        let (t, cols) = self
+            .inner
+            .with_timeline_in(dom, |tl| tl.to_columns())
+            .py_err(py)?;
         let d = PyDict::new(py);
         for (i, c) in self.inner.gpu_indices().iter().zip(cols) {
             d.set_item(i, c)?;
@@ -365,6 +401,10 @@ impl PyPowerMonitor {
             }
         )
     }
+}
+
+fn parse_domain(py: Python<'_>, d: Option<&str>) -> PyResult<Option<PowerDomain>> {
+    d.map(PowerDomain::parse).transpose().py_err(py)
 }
 
 struct MonitorState {
