@@ -2,24 +2,28 @@
 //! GPUs, simulated, with and without the device reads' share), counter arithmetic, and
 //! integrating a power timeline.
 //!
+//! The pair is timed twice: on ideal simulated A40s (exact, free readings: the bookkeeping
+//! alone) and on calibrated H100s (`Fidelity::Real`: an energy read costs 3.5 ms, as on the
+//! measured board) read through the sampler, which is what a user gets on real hardware.
+//!
 //! Run: `cargo bench -p zeus-core --bench monitor`
 
 use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use zeus_core::device::sim::{preset, Load, SimCluster, SimConfig};
+use zeus_core::device::sim::{preset, Fidelity, Load, SimCluster, SimConfig};
 use zeus_core::device::{BackendKind, Clock, Gpu, Gpus};
 use zeus_core::monitor::counter::counter_delta_joules;
-use zeus_core::monitor::{EnergyMonitor, Timeline};
+use zeus_core::monitor::{EnergyMonitor, ReadMode, Timeline};
 
-fn sim_gpus(n: usize) -> Gpus {
+fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
     let cluster = SimCluster::new(SimConfig {
-        presets: vec![preset::find("A40").unwrap(); n],
+        presets: vec![preset::find(model).unwrap(); n],
         virtual_clock: false,
         privileged: true,
         workload: None,
-        fidelity: zeus_core::device::sim::Fidelity::Ideal,
+        fidelity,
         load: Load::Busy,
     });
     let all: Vec<Arc<dyn Gpu>> = cluster
@@ -34,7 +38,25 @@ fn sim_gpus(n: usize) -> Gpus {
 fn window_pair(c: &mut Criterion) {
     let mut g = c.benchmark_group("window pair (begin + end)");
     for n in [1usize, 4] {
-        let gpus = sim_gpus(n);
+        let gpus = sim_gpus("H100", n, Fidelity::Real);
+        let mut m =
+            EnergyMonitor::with_reads(gpus.clone(), None, None, None, ReadMode::Cached).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500)); // the sampler's first anchors
+        m.begin_window("step").unwrap();
+        let _ = m.end_window("step", false, None).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("calibrated H100s, sampler", n),
+            &n,
+            |b, _| {
+                b.iter(|| {
+                    m.begin_window(black_box("step")).unwrap();
+                    black_box(m.end_window(black_box("step"), false, None).unwrap());
+                })
+            },
+        );
+    }
+    for n in [1usize, 4] {
+        let gpus = sim_gpus("A40", n, Fidelity::Ideal);
         let mut m = EnergyMonitor::new(gpus.clone(), None, None, None).unwrap();
         // Warm the short-window warning so the loop measures the steady state.
         m.begin_window("step").unwrap();

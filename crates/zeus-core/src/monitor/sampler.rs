@@ -587,7 +587,7 @@ impl Sampler {
         });
         let s = shared.clone();
         let handle = std::thread::Builder::new()
-            .name("zeus-energy-sampler".into())
+            .name("zeus-sampler".into()) // Linux keeps 15 bytes of a thread name
             .spawn(move || s.run())?;
         Ok(Arc::new(Sampler {
             shared,
