@@ -182,9 +182,23 @@ impl Track {
         self.anchor_due.is_some_and(|a| a <= now)
     }
 
-    /// Mark a window edge at `t`: the load probably changes there.
+    /// Mark a window edge at `t`: the load probably changes there. Only the first and the last
+    /// edge of a tick interval shape the model (the level between them is one unknown), so an
+    /// interval keeps at most two: a tight loop of windows costs neither time nor memory.
     pub fn add_hint(&mut self, t: f64) {
-        if self.hints.back().is_none_or(|&h| h < t) {
+        if self.hints.back().is_some_and(|&h| h >= t) {
+            return;
+        }
+        let last_tick = self.ticks.back().map_or(f64::NEG_INFINITY, |k| k.t);
+        let in_open_interval = self
+            .hints
+            .iter()
+            .rev()
+            .take_while(|&&h| h > last_tick)
+            .count();
+        if in_open_interval >= 2 {
+            *self.hints.back_mut().expect("two hints") = t;
+        } else {
             self.hints.push_back(t);
         }
     }
@@ -329,23 +343,27 @@ impl Track {
             });
             return;
         }
-        let mid = (a.watts + b.watts) / 2.0;
-        let mut t = a.t;
-        for (k, &h) in self.hints.range(start..end).enumerate() {
-            let (w, free) = if k == 0 {
-                (a.watts, false)
-            } else {
-                (mid, true)
-            };
+        // A step at the first edge; between the first and the last edge (if they differ) one
+        // level, unknown until the counter says.
+        let (first, last) = (self.hints[start], self.hints[end - 1]);
+        out.push(Piece {
+            t0: a.t,
+            t1: first,
+            w0: a.watts,
+            w1: a.watts,
+            free: false,
+        });
+        if last > first {
+            let mid = (a.watts + b.watts) / 2.0;
             out.push(Piece {
-                t0: t,
-                t1: h,
-                w0: w,
-                w1: w,
-                free,
+                t0: first,
+                t1: last,
+                w0: mid,
+                w1: mid,
+                free: true,
             });
-            t = h;
         }
+        let t = last;
         out.push(Piece {
             t0: t,
             t1: b.t,
@@ -790,6 +808,20 @@ mod tests {
         t.read_cost = 0.0035;
         t.set_load(1);
         assert_eq!(t.anchor_every, 1);
+    }
+
+    #[test]
+    fn a_tight_loop_of_windows_keeps_two_edges_per_tick_interval() {
+        let mut t = Track::new(0.0, Some(0.1));
+        t.on_power(0.0, 100_000);
+        for k in 0..10_000 {
+            t.add_hint(0.001 + k as f64 * 1e-6);
+        }
+        assert_eq!(t.hints.len(), 2);
+        assert_eq!(t.hints[1], 0.001 + 9_999.0 * 1e-6);
+        t.on_power(0.1, 200_000);
+        t.add_hint(0.15);
+        assert_eq!(t.hints.len(), 3);
     }
 
     /// One window: (idle gap before it s, length s, power limit W).
