@@ -195,3 +195,45 @@ def test_power_monitor_default_domain_is_instant_where_every_gpu_has_it(sim_gpus
     assert PowerMonitor().power_domains == ["device_average"]
     with pytest.raises(ValueError, match="GPU 1"):
         PowerMonitor(power_domains=["device_instant"])
+
+
+NVML_FACE_PROBE = """
+import json, time, pynvml
+pynvml.nvmlInit()
+h = pynvml.nvmlDeviceGetHandleByIndex(0)
+t = time.perf_counter()
+pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
+read_s = time.perf_counter() - t
+powers, energies = set(), set()
+end = time.perf_counter() + 0.5
+while time.perf_counter() < end:
+    powers.add(pynvml.nvmlDeviceGetPowerUsage(h))
+    energies.add(pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+print(json.dumps({"read_s": read_s, "powers": len(powers), "energies": len(energies)}))
+"""
+
+
+def test_the_nvml_face_is_calibrated_too(fake_nvml_lib):
+    """The simulated libnvidia-ml.so.1 behaves as the in-process model: values step every
+    100 ms and an energy read costs milliseconds (nvidia-ml-py through the C ABI)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pynvml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZEUS_", "CUDA_"))}
+    env.update(
+        LD_LIBRARY_PATH=str(fake_nvml_lib.parent),
+        ZEUS_SIM_GPUS="H100",
+        ZEUS_SIM_LOAD="busy",
+        ZEUS_SIM_FIDELITY="real",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", NVML_FACE_PROBE], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["read_s"] >= 0.0035
+    assert 4 <= r["powers"] <= 7, r
+    assert 4 <= r["energies"] <= 7, r
