@@ -32,6 +32,7 @@ __all__ = [
     "sim_reset",
     "zeus_cost",
     "infer_counter_update_period",
+    "stop_sampler",
     "Measurement",
     "PowerMonitor",
     "ZeusMonitor",
