@@ -346,6 +346,25 @@ impl EnergyMonitor {
         })
     }
 
+    /// For a GPU read through the cache: `(energy at start if known, energy at end)` in one
+    /// visit to its track, marking `end` as an edge first if `mark_end`. `None` when the cache
+    /// cannot answer (see [`EnergyMonitor::cached_at`]).
+    fn cached_edges(
+        &self,
+        k: usize,
+        start: f64,
+        end: f64,
+        mark_end: bool,
+    ) -> Option<(Option<f64>, f64)> {
+        let lease = self.lease.as_ref().filter(|l| l.is_current())?;
+        lease.watched(self.cached[k]?).with_track(|track| {
+            if mark_end {
+                track.add_hint(end);
+            }
+            Some((track.energy_at(start), track.energy_at(end)?))
+        })
+    }
+
     /// Wait until the sampler has a counter value after `t` for every cached GPU, or give up
     /// after a few update periods.
     fn wait_settled(&self, t: f64) {
@@ -510,28 +529,15 @@ impl EnergyMonitor {
             });
         }
         let end = self.gpus.now();
-        // Cached GPUs: the end edge, and the start edge again with what the cache knows now.
-        let mut ends = vec![f64::NAN; self.indices.len()];
-        let mut starts = w.cached_j.clone();
-        if self.lease.is_some() {
+        // Cached GPUs: mark the end edge; then (after waiting, with `exact`) take both edges
+        // from the cache, the start again since the cache knows more by now.
+        if exact && self.lease.is_some() {
             for k in 0..self.indices.len() {
                 if !w.cached_j[k].is_nan() {
-                    self.cached_at(k, end, true); // marks the end edge
+                    self.cached_edges(k, start, end, true);
                 }
             }
-            if exact {
-                self.wait_settled(end);
-            }
-            for k in 0..self.indices.len() {
-                if w.cached_j[k].is_nan() {
-                    continue;
-                }
-                if let Some(s) = self.cached_at(k, start, false) {
-                    starts[k] = s;
-                }
-                // No value now means the lease went stale (a fork): see below.
-                ends[k] = self.cached_at(k, end, false).unwrap_or(f64::NAN);
-            }
+            self.wait_settled(end);
         }
         let mut counters = std::mem::take(&mut self.scratch);
         let read = self.read_counters(&w.cached_j, &mut counters);
@@ -553,13 +559,15 @@ impl EnergyMonitor {
         let mut energy = Vec::with_capacity(self.indices.len());
         for (k, &i) in self.indices.iter().enumerate() {
             let mut e = if !w.cached_j[k].is_nan() {
-                let end_j = if ends[k].is_nan() {
-                    // The cache is gone (forked child): the counter itself is on the same scale.
-                    self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0
-                } else {
-                    ends[k]
+                let (s, e) = match self.cached_edges(k, start, end, !exact) {
+                    Some((s, e)) => (s.unwrap_or(w.cached_j[k]), e),
+                    // The cache is gone (a forked child): the counter is on the same scale.
+                    None => (
+                        w.cached_j[k],
+                        self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0,
+                    ),
                 };
-                (end_j - starts[k]).max(0.0)
+                (e - s).max(0.0)
             } else if self.has_counter[k] {
                 counter_delta_joules(start_mj[k], counters[k])
             } else {
@@ -917,6 +925,41 @@ mod tests {
             "{:?}",
             r.warnings
         );
+    }
+
+    #[test]
+    fn cached_reads_on_a_calibrated_gpu_are_accurate_with_and_without_exact() {
+        use crate::device::sim::{preset, SimCluster, SimConfig};
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            ..SimConfig::default()
+        });
+        let dev = c.devices()[0].clone();
+        let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
+        let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
+        let mut m = EnergyMonitor::new(gpus.clone(), None, None, None).unwrap();
+        assert_eq!(
+            m.reads_cached(),
+            vec![true],
+            "auto picks the cache on a real driver"
+        );
+        let direct = EnergyMonitor::with_reads(gpus, None, None, None, ReadMode::Direct).unwrap();
+        assert_eq!(direct.reads_cached(), vec![false]);
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        for exact in [false, true] {
+            let e0 = dev.true_energy_j();
+            m.begin_window("w").unwrap();
+            dev.set_load(Load::Busy);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            dev.set_load(Load::Idle);
+            let truth = dev.true_energy_j() - e0;
+            let got = m.end_window_with("w", false, None, exact).unwrap();
+            let got = got.measurement.energy[0].1;
+            assert!(
+                (got - truth).abs() < 0.03 * truth,
+                "exact={exact}: {got} vs {truth}"
+            );
+        }
     }
 
     proptest! {
