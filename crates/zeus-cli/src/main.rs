@@ -40,6 +40,8 @@ enum Format {
 #[command(
     name = "zeus-monitor",
     version,
+    // `zeus-monitor out.csv -3 100` is a bad DURATION, not an unknown flag `-3`.
+    allow_negative_numbers = true,
     about = "Log GPU power (mW) over time to a CSV file",
     after_help = "Examples:\n  zeus-monitor power.csv 60 100        # GPU 0 for 60 s, 100 ms sleep after each poll\n  zeus-monitor - 0 0 --interval 50 --gpus 0,1 --energy --format jsonl\n  zeus-monitor --restore               # undo GPU changes of killed zeus processes"
 )]
@@ -239,11 +241,57 @@ fn read(
     Ok(())
 }
 
+/// A bad argument: one line naming it, exit status 2 (as clap's own usage errors), and nothing
+/// touched, since every number is checked before the output file is opened.
 fn usage_error(msg: &str) -> ExitCode {
-    use clap::CommandFactory;
-    let mut cmd = Args::command();
-    cmd.error(clap::error::ErrorKind::ValueValidation, msg)
-        .exit()
+    eprintln!("error: {msg} (see zeus-monitor --help)");
+    ExitCode::from(2)
+}
+
+/// The longest DURATION, SLEEP_MS and --interval accepted: beyond these a run is a mistake (and
+/// the time arithmetic would overflow).
+const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
+const MAX_PERIOD_MS: f64 = 3_600_000.0;
+/// The shortest --interval: below it the grid is busy polling, and a zero-length step would
+/// never advance.
+const MIN_INTERVAL_MS: f64 = 0.01;
+
+/// Check the numbers and GPU list; `Err` holds the one-line message.
+fn validate(args: &Args, duration: f64) -> Result<Vec<usize>, String> {
+    if !(duration.is_finite() && (0.0..=MAX_DURATION_S).contains(&duration)) {
+        return Err(format!(
+            "DURATION must be a number of seconds from 0 (until interrupted) to \
+             {MAX_DURATION_S:.0} (10 years), got {duration}"
+        ));
+    }
+    if let Some(ms) = args.interval {
+        if !(ms.is_finite() && (MIN_INTERVAL_MS..=MAX_PERIOD_MS).contains(&ms)) {
+            return Err(format!(
+                "--interval must be from {MIN_INTERVAL_MS} to {MAX_PERIOD_MS:.0} ms, got {ms}"
+            ));
+        }
+    } else if args.sleep_ms.is_none() {
+        return Err("SLEEP_MS is required unless --interval is given".into());
+    }
+    if let Some(ms) = args.sleep_ms {
+        if ms as f64 > MAX_PERIOD_MS {
+            return Err(format!(
+                "SLEEP_MS must be from 0 to {MAX_PERIOD_MS:.0} ms, got {ms}"
+            ));
+        }
+    }
+    let indices = match (&args.gpus, args.gpu_idx) {
+        (Some(v), _) if v.is_empty() => return Err("--gpus needs at least one index".into()),
+        (Some(v), _) => v.clone(),
+        (None, Some(i)) => vec![i],
+        (None, None) => vec![0],
+    };
+    for (k, i) in indices.iter().enumerate() {
+        if indices[..k].contains(i) {
+            return Err(format!("GPU index {i} appears twice in --gpus {indices:?}"));
+        }
+    }
+    Ok(indices)
 }
 
 /// One line for everything restored on one GPU.
@@ -329,23 +377,9 @@ fn main() -> ExitCode {
     let (Some(logfile), Some(duration)) = (args.logfile.clone(), args.duration) else {
         return usage_error("LOGFILE and DURATION are required");
     };
-    if !(duration.is_finite() && duration >= 0.0) {
-        return usage_error(&format!(
-            "DURATION must be a number of seconds >= 0, got {duration}"
-        ));
-    }
-    if let Some(ms) = args.interval {
-        if !(ms.is_finite() && ms > 0.0) {
-            return usage_error(&format!("--interval must be > 0 ms, got {ms}"));
-        }
-    } else if args.sleep_ms.is_none() {
-        return usage_error("SLEEP_MS is required unless --interval is given");
-    }
-    let indices = match (&args.gpus, args.gpu_idx) {
-        (Some(v), _) if v.is_empty() => return usage_error("--gpus needs at least one index"),
-        (Some(v), _) => v.clone(),
-        (None, Some(i)) => vec![i],
-        (None, None) => vec![0],
+    let indices = match validate(&args, duration) {
+        Ok(v) => v,
+        Err(msg) => return usage_error(&msg),
     };
 
     let gpus = match Gpus::from_env() {

@@ -131,3 +131,42 @@ fn bad_arguments_are_usage_errors() {
         assert!(err.starts_with("error:"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn bad_numbers_leave_an_existing_file_untouched_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keep.csv");
+    let p = path.to_str().unwrap();
+    for args in [
+        vec![p, "1e20", "100"],
+        vec![p, "-3", "100"],
+        vec![p, "inf", "100"],
+        vec![p, "1", "--interval", "1e-9"],
+        vec![p, "1", "--interval", "1e-300"],
+        vec![p, "1", "--interval", "1e300"],
+        vec![p, "1", "--interval", "nan"],
+        vec![p, "1", "18446744073709551615"],
+        vec![p, "1", "10", "--gpus", "0,0"],
+    ] {
+        std::fs::write(&path, "Time,Power\nprecious\n").unwrap();
+        let out = bin().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "Time,Power\nprecious\n",
+            "{args:?}"
+        );
+    }
+    let out = bin()
+        .args([p, "1", "10", "--gpus", "1,1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("GPU index 1 appears twice"), "{err}");
+    let out = bin().args([p, "-3", "100"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DURATION") && err.contains("-3"), "{err}");
+}
