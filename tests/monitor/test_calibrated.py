@@ -237,3 +237,29 @@ def test_the_nvml_face_is_calibrated_too(fake_nvml_lib):
     assert r["read_s"] >= 0.0035
     assert 4 <= r["powers"] <= 7, r
     assert 4 <= r["energies"] <= 7, r
+
+
+def test_zeus_016_timeline_export_and_measurement_names(sim_gpus):
+    """`get_power_timeline`, `get_all_power_timelines` and `Measurement.gpu_energy`, as Zeus
+    0.16 names them."""
+    sim_gpus("A40,A40", clock="virtual")
+    pm = PowerMonitor(power_domains=["device_instant", "device_average"])
+    t0 = zeus.sim.now()
+    zeus.sim.set_busy(1)
+    for _ in range(10):
+        zeus.sim.advance(0.1)
+        pm.sample_now()
+    one = pm.get_power_timeline("device_instant", gpu_index=1, start_time=t0 + 0.25)
+    assert list(one) == [1]
+    assert len(one[1]) == 8 and all(t >= t0 + 0.25 for t, _ in one[1])
+    assert all(w > 100 for _, w in one[1])
+    every = pm.get_all_power_timelines(end_time=t0 + 0.55)
+    assert set(every) == {"device_instant", "device_average"}
+    assert all(len(points) == 5 for points in every["device_average"].values())
+    with pytest.raises(ValueError, match="GPU 3 is not monitored"):
+        pm.get_power_timeline(gpu_index=3)
+    monitor = ZeusMonitor()
+    monitor.begin_window("w", sync_cuda=False)
+    zeus.sim.advance(1.0)
+    m = monitor.end_window("w", sync_cuda=False)
+    assert m.gpu_energy == m.energy and m.gpu_energy[1] > m.gpu_energy[0]

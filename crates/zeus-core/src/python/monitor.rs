@@ -120,6 +120,12 @@ impl PyMeasurement {
         self.dict = Some(energy.unbind());
     }
 
+    /// Zeus 0.16's name for `energy` (the same dict).
+    #[getter]
+    fn gpu_energy<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.energy_dict(py)
+    }
+
     #[getter]
     fn total_energy(&self, py: Python<'_>) -> PyResult<f64> {
         match &self.dict {
@@ -367,6 +373,71 @@ impl PyPowerMonitor {
         let d = parse_domain(py, power_domain)?;
         let v = self.inner.get_power_in(d, time).py_err(py)?;
         self.to_dict(py, v)
+    }
+
+    /// Zeus 0.16's timeline export: `{gpu_index: [(timestamp, watts), ...]}` of one domain
+    /// (default: the first of `power_domains`), for one GPU or all, samples within
+    /// `[start_time, end_time]` where given.
+    #[pyo3(signature = (gpu_power_domain = None, gpu_index = None, start_time = None, end_time = None))]
+    fn get_power_timeline<'py>(
+        &self,
+        py: Python<'py>,
+        gpu_power_domain: Option<&str>,
+        gpu_index: Option<usize>,
+        start_time: Option<f64>,
+        end_time: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let dom = parse_domain(py, gpu_power_domain)?;
+        let indices = self.inner.gpu_indices();
+        let columns: Vec<usize> = match gpu_index {
+            None => (0..indices.len()).collect(),
+            Some(i) => vec![indices.iter().position(|&j| j == i).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "GPU {i} is not monitored (gpu_indices: {indices:?})"
+                ))
+            })?],
+        };
+        let (lo, hi) = (
+            start_time.unwrap_or(f64::NEG_INFINITY),
+            end_time.unwrap_or(f64::INFINITY),
+        );
+        let series = self
+            .inner
+            .with_timeline_in(dom, |tl| {
+                columns
+                    .iter()
+                    .map(|&g| {
+                        (0..tl.len())
+                            .filter(|&k| (lo..=hi).contains(&tl.time(k)))
+                            .map(|k| (tl.time(k), f64::from(tl.power_mw(k, g)) / 1000.0))
+                            .collect::<Vec<(f64, f64)>>()
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .py_err(py)?;
+        let d = PyDict::new(py);
+        for (g, points) in columns.iter().zip(series) {
+            d.set_item(indices[*g], points)?;
+        }
+        Ok(d)
+    }
+
+    /// Every sampled domain's timeline: `{domain: {gpu_index: [(timestamp, watts), ...]}}`.
+    #[pyo3(signature = (gpu_index = None, start_time = None, end_time = None))]
+    fn get_all_power_timelines<'py>(
+        &self,
+        py: Python<'py>,
+        gpu_index: Option<usize>,
+        start_time: Option<f64>,
+        end_time: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for dom in self.inner.domains() {
+            let t =
+                self.get_power_timeline(py, Some(dom.name()), gpu_index, start_time, end_time)?;
+            d.set_item(dom.name(), t)?;
+        }
+        Ok(d)
     }
 
     /// The whole timeline of `power_domain` (default: the first):
