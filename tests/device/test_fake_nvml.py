@@ -108,3 +108,98 @@ def test_zeus_nvml_backend_on_the_simulated_library(fake_nvml_lib, how):
     assert "1 mW" in res["invalid"]
     assert res["p100"] == "not supported"
     assert res["clocks"] == [1740, 1725]
+
+
+def test_every_documented_function_is_exported(fake_nvml_lib):
+    """docs/simulated-nvml.md lists what the library exports; keep the two equal."""
+    import ctypes
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "simulated-nvml.md").read_text()
+    names = set(re.findall(r"\b((?:nvml|zeusSim)[A-Za-z]+(?:_v\d)?)\b", doc))
+    # `Foo(_v2, _v3)` lists three functions.
+    for base, suffixes in re.findall(r"\b(nvml[A-Za-z]+)\(((?:_v\d(?:, )?)+)\)", doc):
+        names.update(base + s.strip() for s in suffixes.split(","))
+    lib = ctypes.CDLL(str(fake_nvml_lib))
+    missing = sorted(n for n in names if not hasattr(lib, n))
+    assert len(names) > 70
+    assert missing == []
+
+
+NVML_READER_PROBE = """
+import json, pynvml
+pynvml.nvmlInit()
+out = {
+    "driver": pynvml.nvmlSystemGetDriverVersion(),
+    "nvml": pynvml.nvmlSystemGetNVMLVersion(),
+    "cuda": pynvml.nvmlSystemGetCudaDriverVersion(),
+    "devices": [],
+}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    mem2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    util = pynvml.nvmlDeviceGetUtilizationRates(h)
+    pci = pynvml.nvmlDeviceGetPciInfo(h)
+    d = {
+        "name": pynvml.nvmlDeviceGetName(h),
+        "temp": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+        "slowdown": pynvml.nvmlDeviceGetTemperatureThreshold(
+            h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        "mem": [mem.total, mem.used, mem.free],
+        "mem2": [mem2.total, mem2.used, mem2.free, mem2.reserved],
+        "util": [util.gpu, util.memory],
+        "pci": [pci.busId.decode() if isinstance(pci.busId, bytes) else pci.busId,
+                pci.pciDeviceId],
+        "sm": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+        "max_mem_clock": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
+        "pstate": pynvml.nvmlDeviceGetPerformanceState(h),
+        "procs": len(pynvml.nvmlDeviceGetComputeRunningProcesses(h))
+        + len(pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)),
+        "serial": pynvml.nvmlDeviceGetSerial(h),
+        "minor": pynvml.nvmlDeviceGetMinorNumber(h),
+        "brand": pynvml.nvmlDeviceGetBrand(h),
+        "reasons": pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+        "pcie": [pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
+                 pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)],
+        "enforced": pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+        "compute_mode": pynvml.nvmlDeviceGetComputeMode(h),
+    }
+    try:
+        pynvml.nvmlDeviceGetFanSpeed(h)
+        d["fan"] = "read"
+    except pynvml.NVMLError_NotSupported:
+        d["fan"] = "not supported"
+    out["devices"].append(d)
+pynvml.nvmlShutdown()
+print(json.dumps(out))
+"""
+
+
+def test_nvidia_smi_like_queries_succeed(fake_nvml_lib):
+    """What nvidia-smi-like readers (nvitop, gpustat, plain nvidia-ml-py scripts) ask."""
+    pytest.importorskip("pynvml")
+    res = _run(
+        NVML_READER_PROBE,
+        fake_nvml_lib,
+        ZEUS_SIM_GPUS="H100,A40",
+        ZEUS_SIM_LOAD="busy",
+        ZEUS_SIM_FIDELITY="ideal",
+    )
+    assert "zeus-sim" in res["driver"] and res["cuda"] > 0
+    h100, a40 = res["devices"]
+    assert h100["name"] == "NVIDIA H100 80GB HBM3 (Simulated)"
+    assert 30 < h100["temp"] <= 80 and h100["slowdown"] > h100["temp"]
+    total, used, free = h100["mem"]
+    assert total == 81559 << 20 and used + free == total and used > 0
+    assert h100["mem2"][0] == total and sum(h100["mem2"][1:]) == total
+    assert h100["util"] == [100, 35]
+    assert h100["pci"] == ["00000000:01:00.0", 0x233010DE]
+    assert a40["pci"][0] == "00000000:02:00.0"
+    assert h100["sm"] == 1980 and h100["max_mem_clock"] == 2619
+    assert h100["pstate"] == 0 and h100["procs"] == 0 and h100["reasons"] == 0
+    assert h100["minor"] == 0 and a40["minor"] == 1 and h100["brand"] == 14
+    assert len(h100["serial"]) == 13 and h100["serial"].isdigit()
+    assert h100["pcie"] == [5, 16] and a40["pcie"] == [4, 16]
+    assert h100["enforced"] == 700_000 and h100["compute_mode"] == 0
+    assert h100["fan"] == "not supported"

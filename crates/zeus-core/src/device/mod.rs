@@ -106,6 +106,38 @@ pub trait Gpu: Send + Sync {
     fn power_update_period(&self) -> Option<f64> {
         None
     }
+    /// GPU core temperature, °C.
+    fn temperature_c(&self) -> GpuResult<u32> {
+        Err(GpuError::NotSupported(
+            "temperature: not supported by this backend".into(),
+        ))
+    }
+    /// Device memory, bytes.
+    fn memory_info(&self) -> GpuResult<MemoryInfo> {
+        Err(GpuError::NotSupported(
+            "memory info: not supported by this backend".into(),
+        ))
+    }
+    /// Share of the last sample period the GPU (and its memory) was busy, percent.
+    fn utilization_rates(&self) -> GpuResult<Utilization> {
+        Err(GpuError::NotSupported(
+            "utilization: not supported by this backend".into(),
+        ))
+    }
+}
+
+/// Device memory, bytes (`nvmlMemory_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryInfo {
+    pub total: u64,
+    pub used: u64,
+}
+
+/// GPU and memory utilisation, percent (`nvmlUtilization_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Utilization {
+    pub gpu: u32,
+    pub memory: u32,
 }
 
 /// Where readings come from.

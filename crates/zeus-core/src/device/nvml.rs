@@ -9,13 +9,14 @@
 use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::enums::device::{DeviceArchitecture, GpuLockedClocksSetting};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_INSTANT;
 use nvml_wrapper::{Device, Nvml};
 
-use super::{Architecture, Gpu, GpuError, GpuResult};
+use super::{Architecture, Gpu, GpuError, GpuResult, MemoryInfo, Utilization};
 
 /// The process-wide NVML handle. NVML's init is reference counted and cheap to keep; keeping
 /// one lets every `NvmlGpu` hold a `Device<'static>` and skip the handle lookup on hot paths.
@@ -281,5 +282,28 @@ impl Gpu for NvmlGpu {
             self.device.total_energy_consumption(),
             "nvmlDeviceGetTotalEnergyConsumption"
         )
+    }
+    fn temperature_c(&self) -> GpuResult<u32> {
+        call!(
+            self.device.temperature(TemperatureSensor::Gpu),
+            "nvmlDeviceGetTemperature"
+        )
+    }
+    fn memory_info(&self) -> GpuResult<MemoryInfo> {
+        let m = call!(self.device.memory_info(), "nvmlDeviceGetMemoryInfo")?;
+        Ok(MemoryInfo {
+            total: m.total,
+            used: m.used,
+        })
+    }
+    fn utilization_rates(&self) -> GpuResult<Utilization> {
+        let u = call!(
+            self.device.utilization_rates(),
+            "nvmlDeviceGetUtilizationRates"
+        )?;
+        Ok(Utilization {
+            gpu: u.gpu,
+            memory: u.memory,
+        })
     }
 }

@@ -243,6 +243,11 @@ impl PyGpus {
         self.with_device(py, gpu_index, |d| d.total_energy_consumption())
     }
 
+    /// GPU core temperature, °C (Zeus 0.16's name).
+    fn get_gpu_temperature(&self, py: Python<'_>, gpu_index: usize) -> PyResult<u32> {
+        self.with_device(py, gpu_index, |d| d.temperature_c())
+    }
+
     /// How often the driver refreshes its power readings, seconds: the backend's figure where it
     /// has one (the simulator), else measured by watching the reading change (up to 0.6 s; NVML
     /// does not say). `None` when the reading did not change in that time, or on a virtual clock.

@@ -31,7 +31,7 @@ pub use clock::SimClock;
 pub use preset::{Preset, PRESETS};
 pub use workload::{ClockCurve, ClockPoint, CurvePoint, WorkloadCurve};
 
-use super::{Architecture, Clock, Gpu, GpuError, GpuResult};
+use super::{Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, Utilization};
 
 /// What a simulated GPU is doing.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -475,6 +475,26 @@ impl SimGpu {
         self.state().energy_at(self.preset, now)
     }
 
+    /// The moment readings describe: the last driver update at real fidelity, now at ideal.
+    fn reading_time(&self) -> f64 {
+        let now = self.clock.now();
+        if self.real() {
+            self.last_tick(now).0
+        } else {
+            now
+        }
+    }
+
+    fn reading_power_w(&self) -> f64 {
+        let t = self.reading_time();
+        self.state().power_at_past(self.preset, t)
+    }
+
+    fn reading_busy(&self) -> bool {
+        let t = self.reading_time();
+        self.state().segment_at(t).is_busy_at(t)
+    }
+
     /// The modelled power right now, watts, without reading noise.
     pub fn true_power_w(&self) -> f64 {
         let now = self.clock.now();
@@ -657,6 +677,35 @@ impl Gpu for SimGpu {
     }
     fn power_update_period(&self) -> Option<f64> {
         Some(self.preset.power_update_period_s)
+    }
+    fn temperature_c(&self) -> GpuResult<u32> {
+        // Steady state of the power drawn (no thermal mass): 30 °C idle to 80 °C at the
+        // maximum limit.
+        let p = self.reading_power_w();
+        let idle = f64::from(self.preset.idle_power_mw) / 1000.0;
+        let max = f64::from(self.preset.max_power_limit_mw) / 1000.0;
+        let t = 30.0 + 50.0 * ((p - idle) / (max - idle)).clamp(0.0, 1.2);
+        Ok(t.round() as u32)
+    }
+    fn memory_info(&self) -> GpuResult<MemoryInfo> {
+        // A job holding 60% of memory while busy, the driver's 512 MiB otherwise.
+        let total = self.preset.memory_mib << 20;
+        let used = if self.reading_busy() {
+            total / 10 * 6
+        } else {
+            512 << 20
+        };
+        Ok(MemoryInfo { total, used })
+    }
+    fn utilization_rates(&self) -> GpuResult<Utilization> {
+        Ok(if self.reading_busy() {
+            Utilization {
+                gpu: 100,
+                memory: 35,
+            }
+        } else {
+            Utilization { gpu: 0, memory: 0 }
+        })
     }
 }
 

@@ -45,6 +45,12 @@ pub struct Preset {
     pub energy_read_cost_s: f64,
     /// Busy CPU time one power read costs, seconds.
     pub power_read_cost_s: f64,
+    /// Device memory, MiB.
+    pub memory_mib: u64,
+    /// PCI device id (`nvmlPciInfo_t.pciDeviceId`: device << 16 | vendor 0x10DE).
+    pub pci_device_id: u32,
+    /// PCIe generation and lanes of the board's link.
+    pub pcie: (u32, u32),
     /// The built-in workload the board runs unless `ZEUS_SIM_WORKLOAD` says otherwise (`None`:
     /// the A40 trace's median curve scaled to the board).
     pub default_workload: Option<&'static str>,
@@ -84,6 +90,9 @@ pub const PRESETS: &[Preset] = &[
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
+        memory_mib: 16384,
+        pci_device_id: 0x15F810DE,
+        pcie: (3, 16),
         default_workload: None,
     },
     Preset {
@@ -105,6 +114,9 @@ pub const PRESETS: &[Preset] = &[
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
+        memory_mib: 32768,
+        pci_device_id: 0x1DB610DE,
+        pcie: (3, 16),
         default_workload: None,
     },
     Preset {
@@ -126,6 +138,9 @@ pub const PRESETS: &[Preset] = &[
         average_window_s: 1.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
+        memory_mib: 46068,
+        pci_device_id: 0x223510DE,
+        pcie: (4, 16),
         default_workload: None,
     },
     Preset {
@@ -147,6 +162,9 @@ pub const PRESETS: &[Preset] = &[
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
+        memory_mib: 40960,
+        pci_device_id: 0x20B010DE,
+        pcie: (4, 16),
         default_workload: None,
     },
     Preset {
@@ -168,6 +186,9 @@ pub const PRESETS: &[Preset] = &[
         average_window_s: 1.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
+        memory_mib: 81559,
+        pci_device_id: 0x233010DE,
+        pcie: (5, 16),
         default_workload: Some("bert_train_step"),
     },
 ];
