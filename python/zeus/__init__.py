@@ -9,9 +9,13 @@ wrappers around it:
 - `zeus.util`: the cost metric and helpers.
 
 Submodules are imported lazily, so `import zeus` stays cheap and optional dependencies are only
-needed by the parts that use them.
+needed by the parts that use them. Zeus 0.16's module names `zeus.utils` and
+`zeus.optimizer.pipeline_frequency` import as `zeus.util` and `zeus.optimizer.perseus`.
 """
 
+from zeus import _aliases
 from zeus._core import __version__
+
+_aliases.install()
 
 __all__ = ["__version__"]

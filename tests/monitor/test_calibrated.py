@@ -258,6 +258,14 @@ def test_zeus_016_timeline_export_and_measurement_names(sim_gpus):
     assert all(len(points) == 5 for points in every["device_average"].values())
     with pytest.raises(ValueError, match="GPU 3 is not monitored"):
         pm.get_power_timeline(gpu_index=3)
+    # Zeus 0.16's constructor names.
+    pm16 = PowerMonitor(
+        gpu_update_period=0.05, max_samples_per_gpu=7, gpu_power_domains=["device_average"]
+    )
+    assert (pm16.update_period, pm16.max_samples) == (0.05, 7)
+    assert pm16.power_domains == ["device_average"]
+    with pytest.raises(ValueError, match="not both"):
+        PowerMonitor(update_period=0.1, gpu_update_period=0.1)
     monitor = ZeusMonitor()
     monitor.begin_window("w", sync_cuda=False)
     zeus.sim.advance(1.0)

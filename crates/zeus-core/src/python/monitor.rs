@@ -208,6 +208,8 @@ fn make_measurement(
 ///         `"device_average"` (`nvmlDeviceGetPowerUsage`, a trailing 1 s average on Ampere and
 ///         newer, which lags load steps). `None` samples `device_instant` where every GPU has
 ///         it, else `device_average`. The first is the default domain of queries.
+///     gpu_update_period, max_samples_per_gpu, gpu_power_domains: Zeus 0.16's names for
+///         `update_period`, `max_samples` and `power_domains` (keyword only).
 ///
 /// Use it as a context manager or call `stop()`.
 #[pyclass(name = "PowerMonitor", module = "zeus.monitor", frozen, subclass)]
@@ -240,7 +242,18 @@ impl PyPowerMonitor {
 #[pymethods]
 impl PyPowerMonitor {
     #[new]
-    #[pyo3(signature = (gpu_indices = None, update_period = None, max_samples = None, background = None, power_domains = None))]
+    #[pyo3(signature = (
+        gpu_indices = None,
+        update_period = None,
+        max_samples = None,
+        background = None,
+        power_domains = None,
+        *,
+        gpu_update_period = None,
+        max_samples_per_gpu = None,
+        gpu_power_domains = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         gpu_indices: Option<Vec<usize>>,
@@ -248,7 +261,39 @@ impl PyPowerMonitor {
         max_samples: Option<usize>,
         background: Option<bool>,
         power_domains: Option<Vec<String>>,
+        gpu_update_period: Option<f64>,
+        max_samples_per_gpu: Option<usize>,
+        gpu_power_domains: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        // Zeus 0.16 spells three arguments differently; either spelling works, not both.
+        fn either<T>(
+            ours: Option<T>,
+            theirs: Option<T>,
+            names: (&str, &str),
+        ) -> PyResult<Option<T>> {
+            match (ours, theirs) {
+                (Some(_), Some(_)) => Err(PyValueError::new_err(format!(
+                    "give {} or {} (Zeus 0.16's name), not both",
+                    names.0, names.1
+                ))),
+                (a, b) => Ok(a.or(b)),
+            }
+        }
+        let update_period = either(
+            update_period,
+            gpu_update_period,
+            ("update_period", "gpu_update_period"),
+        )?;
+        let max_samples = either(
+            max_samples,
+            max_samples_per_gpu,
+            ("max_samples", "max_samples_per_gpu"),
+        )?;
+        let power_domains = either(
+            power_domains,
+            gpu_power_domains,
+            ("power_domains", "gpu_power_domains"),
+        )?;
         let gpus = core_gpus(&default_gpus(py)?)?;
         let domains = power_domains
             .map(|v| v.iter().map(|s| PowerDomain::parse(s)).collect())

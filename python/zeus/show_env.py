@@ -1,0 +1,52 @@
+"""`python -m zeus.show_env`: what zeus sees on this machine (Zeus 0.16's command).
+
+Prints the Python and package versions, the GPU backend and its devices (or why there are
+none), and the simulator settings in force, so a bug report can include them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+
+_PACKAGES = ("zeus-energy", "torch", "transformers", "nvidia-ml-py", "pydantic", "numpy")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def show_env() -> None:
+    """Print the environment report to stdout."""
+    print(f"Python: {sys.version.split()[0]} ({platform.platform()})")
+    for p in _PACKAGES:
+        print(f"{p}: {_version(p)}")
+    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("ZEUS_", "CUDA_"))}
+    for k, v in settings.items():
+        print(f"{k}={v}")
+    from zeus.device import get_gpus
+    from zeus.device.exception import ZeusBaseGPUError
+
+    try:
+        gpus = get_gpus()
+    except ZeusBaseGPUError as e:
+        print(f"GPUs: none available ({e})")
+        return
+    print(f"GPU backend: {gpus.backend} ({len(gpus)} visible)")
+    for i in range(len(gpus)):
+        energy = "energy counter" if gpus.supports_get_total_energy_consumption(i) else "no counter"
+        lo, hi = gpus.get_power_management_limit_constraints(i)
+        print(
+            f"  GPU {i}: {gpus.get_name(i)}, {gpus.get_architecture(i)}, "
+            f"power limit {gpus.get_power_management_limit(i) // 1000} W "
+            f"(range {lo // 1000}-{hi // 1000} W), {energy}"
+        )
+
+
+if __name__ == "__main__":
+    show_env()
