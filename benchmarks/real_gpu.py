@@ -221,15 +221,38 @@ class Work:
             matmul(a, b, out=c)
 
 
-class BackgroundLoad:
-    """Matmuls on a thread and stream of their own until the `with` block ends."""
+class _Worker:
+    """A daemon thread running `_run` for the span of a `with` block."""
+
+    name = "worker"
 
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.stop = threading.Event()
-        self.count = 0
         self.error: str | None = None
-        self.thread = threading.Thread(target=self._run, name="matmul-load", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self.ctx.threads.append(self)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+class BackgroundLoad(_Worker):
+    """Matmuls on a thread and stream of their own until the `with` block ends."""
+
+    name = "matmul-load"
+
+    def __init__(self, ctx: Ctx) -> None:
+        super().__init__(ctx)
+        self.count = 0
 
     def _run(self) -> None:
         torch, ctx = self.ctx.torch, self.ctx
@@ -255,15 +278,6 @@ class BackgroundLoad:
                 stream.synchronize()
         except Exception as e:  # reported by the figure
             self.error = err(e)
-
-    def __enter__(self) -> BackgroundLoad:
-        self.ctx.threads.append(self)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
 
 
 class Ctx:
@@ -410,15 +424,14 @@ def edge_energy(e0: Edge, ta: float, e1: Edge, tb: float) -> float:
     return (j1 - j0) - p0 * (ta - t0) - p1 * (t1 - tb)
 
 
-class CounterPoller:
+class CounterPoller(_Worker):
     """Reads the energy counter back to back on a thread; keeps (time, J) at each change."""
 
+    name = "counter-poller"
+
     def __init__(self, ctx: Ctx) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.points: list[tuple[float, float]] = []
-        self.stop = threading.Event()
-        self.error: str | None = None
-        self.thread = threading.Thread(target=self._run, name="counter-poller", daemon=True)
 
     def _run(self) -> None:
         try:
@@ -444,15 +457,6 @@ class CounterPoller:
         mj = statistics.fmean(j for _, j in pts)
         den = sum((t - mt) ** 2 for t, _ in pts)
         return sum((t - mt) * (j - mj) for t, j in pts) / den if den else None
-
-    def __enter__(self) -> CounterPoller:
-        self.ctx.threads.append(self)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
 
 
 def setup_torch(ctx: Ctx) -> None:

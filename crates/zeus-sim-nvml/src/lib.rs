@@ -819,10 +819,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSerial(
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: Handle, minor: *mut c_uint) -> Ret {
-    guard(|| {
-        let (_, d) = self::device(device)?;
-        write(minor, d.index() as c_uint)
-    })
+    nvmlDeviceGetIndex(device, minor)
 }
 
 /// `nvmlBrandType_t`: Tesla for the Pascal and Volta boards, NVIDIA after.

@@ -15,6 +15,7 @@ pub mod energy;
 pub mod error;
 pub mod power;
 pub mod sampler;
+pub mod stop;
 pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};

@@ -15,11 +15,12 @@
 //! calls [`PowerMonitor::sample_now`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::error::{MonitorError, MonitorResult};
+use super::stop::StopSignal;
 use super::timeline::Timeline;
 use crate::device::{GpuError, GpuResult, Gpus};
 
@@ -222,8 +223,7 @@ struct Shared {
     domains: Vec<PowerDomain>,
     /// One timeline per domain, in `domains` order, all sampled at the same instants.
     timelines: Mutex<Vec<Timeline>>,
-    stop: Mutex<bool>,
-    wake: Condvar,
+    stop: StopSignal,
     /// The first device error the thread hit (it stops sampling then).
     error: Mutex<Option<GpuError>>,
 }
@@ -265,19 +265,12 @@ impl Shared {
                 let behind = (now - next).as_secs_f64() / self.period;
                 next += period.mul_f64(behind.floor() + 1.0);
             }
-            let mut stopped = lock(&self.stop);
-            while !*stopped {
-                let now = Instant::now();
-                if now >= next {
-                    break;
+            while Instant::now() < next {
+                if self.stop.sleep_until(next) {
+                    return;
                 }
-                stopped = self
-                    .wake
-                    .wait_timeout(stopped, next - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
             }
-            if *stopped {
+            if self.stop.is_stopped() {
                 return;
             }
         }
@@ -345,8 +338,7 @@ impl PowerMonitor {
             gpus,
             indices,
             period,
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
+            stop: StopSignal::new(),
             error: Mutex::new(None),
         });
         let thread = if background {
@@ -395,8 +387,7 @@ impl PowerMonitor {
 
     /// Stop the sampling thread (idempotent); samples taken so far stay readable.
     pub fn stop(&self) {
-        *lock(&self.shared.stop) = true;
-        self.shared.wake.notify_all();
+        self.shared.stop.stop();
         if let Some(h) = lock(&self.thread).take() {
             let _ = h.join();
         }

@@ -31,9 +31,11 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Once, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use super::stop::StopSignal;
 
 use crate::device::{Clock, Gpu, GpuError, GpuResult, SystemClock};
 
@@ -543,8 +545,7 @@ extern "C" fn after_fork_in_child() {
 
 struct Shared {
     devices: Mutex<Vec<Arc<Watched>>>,
-    stop: Mutex<bool>,
-    wake: Condvar,
+    stop: StopSignal,
 }
 
 impl Shared {
@@ -560,24 +561,18 @@ impl Shared {
                 }
                 next = next.min(d.next_due());
             }
-            let mut stopped = lock(&self.stop);
-            if *stopped {
-                return;
-            }
+            // Clock seconds to the next due time, slept on the monotonic clock; at most a
+            // second, and a lease nudges the thread when it adds devices.
             let wait = if next.is_finite() {
                 (next - clock.now()).clamp(0.0, 1.0)
             } else {
                 1.0
             };
-            if wait > 0.0 {
-                stopped = self
-                    .wake
-                    .wait_timeout(stopped, Duration::from_secs_f64(wait))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-                if *stopped {
-                    return;
-                }
+            if self
+                .stop
+                .sleep_until(Instant::now() + Duration::from_secs_f64(wait))
+            {
+                return;
             }
         }
     }
@@ -600,8 +595,7 @@ impl Sampler {
         });
         let shared = Arc::new(Shared {
             devices: Mutex::new(Vec::new()),
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
+            stop: StopSignal::new(),
         });
         let s = shared.clone();
         let handle = std::thread::Builder::new()
@@ -643,7 +637,7 @@ impl Sampler {
                 watched.push(w);
             }
         }
-        sampler.shared.wake.notify_all();
+        sampler.shared.stop.nudge();
         Ok(Lease { sampler, watched })
     }
 
@@ -657,8 +651,7 @@ impl Sampler {
     }
 
     fn stop(&self) {
-        *lock(&self.shared.stop) = true;
-        self.shared.wake.notify_all();
+        self.shared.stop.stop();
         let handle = lock(&self.thread).take();
         if let Some(h) = handle {
             if self.generation == FORK_GENERATION.load(Ordering::SeqCst) {
