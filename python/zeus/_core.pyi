@@ -36,6 +36,7 @@ __all__ = [
     "Measurement",
     "PowerMonitor",
     "ZeusMonitor",
+    "TemperatureMonitor",
     "PowerLimitSelector",
     "journal_dir",
     "journal_record",
@@ -202,6 +203,29 @@ class PowerMonitor:
     def timeline(
         self, power_domain: str | None = None
     ) -> tuple[list[float], dict[int, list[float]]]: ...
+
+@final
+class TemperatureMonitor:
+    def __new__(
+        cls,
+        gpu_indices: list[int] | None = None,
+        update_period: float = 1.0,
+        max_samples_per_gpu: int | None = None,
+    ) -> Self: ...
+    @property
+    def gpu_indices(self) -> list[int]: ...
+    @property
+    def update_period(self) -> float: ...
+    def get_temperature_timeline(
+        self,
+        gpu_index: int | None = None,
+        start_time: float | None = None,
+        end_time: float | None = None,
+    ) -> dict[int, list[tuple[float, float]]]: ...
+    def get_temperature(self, time: float | None = None) -> dict[int, float] | None: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(self, *_args: object) -> Literal[False]: ...
 
 @disjoint_base
 class ZeusMonitor:

@@ -110,3 +110,31 @@ def test_a_process_that_never_drops_its_monitor_exits_promptly():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "done"
     assert time.monotonic() - t < 30
+
+
+def test_temperature_monitor_rides_the_shared_sampler(sim_gpus):
+    from zeus.monitor import TemperatureMonitor
+
+    sim_gpus("H100,A40", clock="real", fidelity="ideal")
+    zeus.sim.set_busy(0)
+    assert sampler_threads() == 0
+    with TemperatureMonitor(update_period=0.05, max_samples_per_gpu=5) as tm:
+        energy = ZeusMonitor(reads="cached")
+        assert _wait_for(lambda: sampler_threads() == 1)
+        time.sleep(0.4)
+        assert sampler_threads() == 1, "one thread serves both monitors"
+        timeline = tm.get_temperature_timeline()
+        assert set(timeline) == {0, 1}
+        assert all(len(points) == 5 for points in timeline.values()), timeline
+        latest = tm.get_temperature()
+        assert latest is not None and latest[0] > latest[1] >= 30, latest
+        assert tm.get_temperature_timeline(gpu_index=1, start_time=time.time() + 10) == {1: []}
+        with pytest.raises(ValueError, match="GPU 4 is not monitored"):
+            tm.get_temperature_timeline(gpu_index=4)
+        del energy
+    gc.collect()
+    assert _wait_for(lambda: sampler_threads() == 0), "stopped with its last user"
+    assert len(tm.get_temperature_timeline()[0]) == 5, "samples stay readable"
+    sim_gpus("A40", clock="virtual")
+    with pytest.raises(ValueError, match="real clock"):
+        TemperatureMonitor()

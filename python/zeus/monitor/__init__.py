@@ -3,10 +3,12 @@
 - `ZeusMonitor`: named measurement windows (`begin_window` / `end_window`) returning a
   `Measurement` of elapsed time and energy per GPU.
 - `PowerMonitor`: a background sampler of GPU power with `get_energy` / `get_power`.
+- `TemperatureMonitor`: GPU temperature over time, read by the shared sampler thread.
 - `python -m zeus.monitor energy|power`: the same from the command line.
 """
 
 from zeus.monitor.energy import Measurement, ZeusMonitor
 from zeus.monitor.power import PowerMonitor
+from zeus.monitor.temperature import TemperatureMonitor
 
-__all__ = ["Measurement", "PowerMonitor", "ZeusMonitor"]
+__all__ = ["Measurement", "PowerMonitor", "TemperatureMonitor", "ZeusMonitor"]

@@ -23,6 +23,11 @@
 //! that holds several edges (an idle gap between two windows), the level between the edges is
 //! solved from the counter difference.
 //!
+//! The same thread also samples GPU temperature for `TemperatureMonitor`s (a cheap read once
+//! per requested period), so that no monitor of this process needs a thread of its own: a GPU
+//! is polled for power and anchored only while an energy user holds it, and its temperature is
+//! read only while a temperature user does.
+//!
 //! [`Track`] is the per-GPU state machine and does no I/O, so tests drive it on a virtual clock;
 //! [`Sampler`] owns the thread and the devices. Lifetime: the thread starts with the first lease
 //! ([`Sampler::lease`]) and stops when the last lease is dropped; after `fork` a child's leases
@@ -449,8 +454,40 @@ pub struct Watched {
     gpu: Arc<dyn Gpu>,
     instant: bool,
     track: Mutex<Track>,
-    users: AtomicUsize,
+    /// Leases of each kind holding this GPU.
+    energy_users: AtomicUsize,
+    temperature: Mutex<Temperatures>,
     error: Mutex<Option<GpuError>>,
+}
+
+/// Temperature samples of one GPU, shared by every temperature user: the shortest period and
+/// the largest capacity any of them asked for.
+#[derive(Debug, Default)]
+struct Temperatures {
+    users: Vec<(f64, usize)>,
+    next: f64,
+    samples: VecDeque<(f64, f64)>,
+    /// The read error that stopped temperature sampling (energy tracking goes on).
+    error: Option<String>,
+}
+
+impl Temperatures {
+    fn period(&self) -> Option<f64> {
+        self.users.iter().map(|u| u.0).reduce(f64::min)
+    }
+
+    fn capacity(&self) -> usize {
+        self.users.iter().map(|u| u.1).max().unwrap_or(0)
+    }
+}
+
+/// What a lease holds its GPUs for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Interest {
+    /// Power ticks and counter anchors, for energy windows.
+    Energy,
+    /// Temperature every `period` seconds, keeping the last `capacity` samples.
+    Temperature { period: f64, capacity: usize },
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -466,8 +503,68 @@ impl Watched {
             gpu,
             instant,
             track: Mutex::new(Track::new(now, period)),
-            users: AtomicUsize::new(0),
+            energy_users: AtomicUsize::new(0),
+            temperature: Mutex::new(Temperatures::default()),
             error: Mutex::new(None),
+        }
+    }
+
+    fn hold(&self, interest: Interest, now: f64) {
+        match interest {
+            Interest::Energy => {
+                self.energy_users.fetch_add(1, Ordering::SeqCst);
+            }
+            Interest::Temperature { period, capacity } => {
+                let mut t = lock(&self.temperature);
+                if t.users.is_empty() {
+                    t.next = now;
+                }
+                t.users.push((period, capacity));
+            }
+        }
+    }
+
+    /// Drop one hold; `true` when nothing holds the GPU any more.
+    fn release(&self, interest: Interest) -> bool {
+        let mut t = lock(&self.temperature);
+        match interest {
+            Interest::Energy => {
+                self.energy_users.fetch_sub(1, Ordering::SeqCst);
+            }
+            Interest::Temperature { period, capacity } => {
+                if let Some(k) = t.users.iter().position(|u| *u == (period, capacity)) {
+                    t.users.swap_remove(k);
+                }
+            }
+        }
+        t.users.is_empty() && self.energy_users.load(Ordering::SeqCst) == 0
+    }
+
+    fn tracks_energy(&self) -> bool {
+        self.energy_users.load(Ordering::SeqCst) > 0
+    }
+
+    /// Temperature samples `(time, °C)` within `[start, end]`, oldest first.
+    pub fn temperatures(&self, start: f64, end: f64) -> Vec<(f64, f64)> {
+        lock(&self.temperature)
+            .samples
+            .iter()
+            .filter(|(t, _)| (start..=end).contains(t))
+            .copied()
+            .collect()
+    }
+
+    /// Why temperature sampling stopped, if it did.
+    pub fn temperature_error(&self) -> Option<String> {
+        lock(&self.temperature).error.clone()
+    }
+
+    /// The latest temperature sample at or before `time` (the latest of all for `None`).
+    pub fn temperature_at(&self, time: Option<f64>) -> Option<(f64, f64)> {
+        let t = lock(&self.temperature);
+        match time {
+            None => t.samples.back().copied(),
+            Some(time) => t.samples.iter().rev().find(|(ts, _)| *ts <= time).copied(),
         }
     }
 
@@ -481,6 +578,36 @@ impl Watched {
 
     fn try_run_due(&self, clock: &dyn Clock, n_devices: usize) -> GpuResult<()> {
         let now = clock.now();
+        let temperature_period = {
+            let t = lock(&self.temperature);
+            t.period().filter(|_| t.next <= now)
+        };
+        if let Some(period) = temperature_period {
+            let read = self.gpu.temperature_c();
+            let at = clock.now();
+            let mut t = lock(&self.temperature);
+            let celsius = match read {
+                Ok(c) => f64::from(c),
+                Err(e) => {
+                    t.error = Some(e.to_string());
+                    t.next = f64::INFINITY;
+                    return self.try_run_energy(clock, now, n_devices);
+                }
+            };
+            t.samples.push_back((at, celsius));
+            while t.samples.len() > t.capacity().max(1) {
+                t.samples.pop_front();
+            }
+            // On a fixed grid; missed ticks are skipped, not made up.
+            t.next += period * ((at - t.next) / period).floor().max(0.0) + period;
+        }
+        self.try_run_energy(clock, now, n_devices)
+    }
+
+    fn try_run_energy(&self, clock: &dyn Clock, now: f64, n_devices: usize) -> GpuResult<()> {
+        if !self.tracks_energy() {
+            return Ok(());
+        }
         let (anchor, poll) = {
             let t = lock(&self.track);
             (t.anchor_is_due(now), t.poll_due(now))
@@ -507,7 +634,15 @@ impl Watched {
     }
 
     pub fn next_due(&self) -> f64 {
-        lock(&self.track).next_due()
+        let temperature = {
+            let t = lock(&self.temperature);
+            t.period().map_or(f64::INFINITY, |_| t.next)
+        };
+        if self.tracks_energy() {
+            lock(&self.track).next_due().min(temperature)
+        } else {
+            temperature
+        }
     }
 
     /// Run `f` on the track.
@@ -553,7 +688,7 @@ impl Shared {
         let clock = SystemClock;
         loop {
             let devices = lock(&self.devices).clone();
-            let n = devices.len();
+            let n = devices.iter().filter(|d| d.tracks_energy()).count();
             let mut next = f64::INFINITY;
             for d in devices.iter().filter(|d| !d.is_failed()) {
                 if d.next_due() <= clock.now() {
@@ -608,9 +743,14 @@ impl Sampler {
         }))
     }
 
-    /// Watch `gpus` (on the real clock) for as long as the returned lease lives. Starts the
-    /// thread if none runs in this process.
+    /// Watch `gpus` (on the real clock) for energy for as long as the returned lease lives.
+    /// Starts the thread if none runs in this process.
     pub fn lease(gpus: &[Arc<dyn Gpu>]) -> std::io::Result<Lease> {
+        Sampler::lease_for(gpus, Interest::Energy)
+    }
+
+    /// Watch `gpus` for `interest` for as long as the returned lease lives.
+    pub fn lease_for(gpus: &[Arc<dyn Gpu>], interest: Interest) -> std::io::Result<Lease> {
         let sampler = {
             let mut current = lock(&CURRENT);
             match current.upgrade() {
@@ -633,12 +773,16 @@ impl Sampler {
                     devices.push(w.clone());
                     w
                 });
-                w.users.fetch_add(1, Ordering::SeqCst);
+                w.hold(interest, now);
                 watched.push(w);
             }
         }
         sampler.shared.stop.nudge();
-        Ok(Lease { sampler, watched })
+        Ok(Lease {
+            sampler,
+            watched,
+            interest,
+        })
     }
 
     /// Stop the process's sampler thread now (at interpreter exit). Leases keep answering from
@@ -679,6 +823,7 @@ impl Drop for Sampler {
 pub struct Lease {
     sampler: Arc<Sampler>,
     watched: Vec<Arc<Watched>>,
+    interest: Interest,
 }
 
 impl Lease {
@@ -708,7 +853,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let mut devices = lock(&self.sampler.shared.devices);
         for w in &self.watched {
-            if w.users.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if w.release(self.interest) {
                 devices.retain(|d| !Arc::ptr_eq(d, w));
             }
         }
@@ -759,6 +904,7 @@ mod tests {
                 // The NVML backend does not know the period: let the track measure it.
                 let w = Watched::new(d.clone() as Arc<dyn Gpu>, now);
                 w.with_track(|t| *t = Track::new(now, None));
+                w.hold(Interest::Energy, now);
                 w
             })
             .collect()
@@ -815,6 +961,45 @@ mod tests {
         t.on_power(0.1, 200_000);
         t.add_hint(0.15);
         assert_eq!(t.hints.len(), 3);
+    }
+
+    #[test]
+    fn temperature_only_users_get_samples_on_their_grid_and_no_power_polling() {
+        let c = h100(1);
+        let now = c.clock().now();
+        let w = Watched::new(c.devices()[0].clone() as Arc<dyn Gpu>, now);
+        w.hold(
+            Interest::Temperature {
+                period: 0.25,
+                capacity: 6,
+            },
+            now,
+        );
+        c.devices()[0].set_load(Load::Busy);
+        let watched = [w];
+        drive(&c, &watched, now + 2.0);
+        let w = &watched[0];
+        let all = w.temperatures(f64::NEG_INFINITY, f64::INFINITY);
+        assert_eq!(all.len(), 6, "kept to the capacity: {all:?}");
+        assert!(all
+            .windows(2)
+            .all(|p| (p[1].0 - p[0].0 - 0.25).abs() < 1e-6));
+        assert!(all.iter().all(|&(_, c)| c > 60.0), "busy H100: {all:?}");
+        assert!(w.with_track(|t| t.ticks().is_empty()), "no power polling");
+        assert_eq!(
+            w.temperature_at(Some(now + 0.3)),
+            None,
+            "dropped by capacity"
+        );
+        assert_eq!(w.temperature_at(None), all.last().copied());
+        assert!(!w.release(Interest::Temperature {
+            period: 0.5,
+            capacity: 6
+        }));
+        assert!(w.release(Interest::Temperature {
+            period: 0.25,
+            capacity: 6
+        }));
     }
 
     /// One window: (idle gap before it s, length s, power limit W).

@@ -523,6 +523,180 @@ fn parse_domain(py: Python<'_>, d: Option<&str>) -> PyResult<Option<PowerDomain>
     d.map(PowerDomain::parse).transpose().py_err(py)
 }
 
+/// GPU temperature over time, sampled by the process's shared sampler thread (no thread or
+/// process of its own). Zeus 0.16's `TemperatureMonitor`.
+///
+/// Args:
+///     gpu_indices: GPUs to watch (framework indices); all visible GPUs if `None`.
+///     update_period: Seconds between samples (default 1.0).
+///     max_samples_per_gpu: Samples kept per GPU, oldest dropped first; `None` keeps an hour.
+///
+/// Needs the real clock (the sampler runs in real time). Use it as a context manager or call
+/// `stop()`; samples taken stay readable after.
+#[pyclass(name = "TemperatureMonitor", module = "zeus.monitor", frozen)]
+pub(crate) struct PyTemperatureMonitor {
+    indices: Vec<usize>,
+    period: f64,
+    watched: Vec<Arc<crate::monitor::sampler::Watched>>,
+    lease: Mutex<Option<crate::monitor::sampler::Lease>>,
+}
+
+impl PyTemperatureMonitor {
+    fn column(&self, gpu_index: usize) -> PyResult<usize> {
+        self.indices
+            .iter()
+            .position(|&i| i == gpu_index)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "GPU {gpu_index} is not monitored (gpu_indices: {:?})",
+                    self.indices
+                ))
+            })
+    }
+
+    fn check(&self) -> PyResult<()> {
+        for (i, w) in self.indices.iter().zip(&self.watched) {
+            if let Some(e) = w.temperature_error() {
+                return Err(PyRuntimeError::new_err(format!(
+                    "temperature sampling of GPU {i} stopped: {e}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl PyTemperatureMonitor {
+    #[new]
+    #[pyo3(signature = (gpu_indices = None, update_period = 1.0, max_samples_per_gpu = None))]
+    fn new(
+        py: Python<'_>,
+        gpu_indices: Option<Vec<usize>>,
+        update_period: f64,
+        max_samples_per_gpu: Option<usize>,
+    ) -> PyResult<Self> {
+        use crate::monitor::sampler::{Interest, Sampler};
+        let gpus = core_gpus(&default_gpus(py)?)?;
+        if gpus.clock().is_virtual() {
+            return Err(PyValueError::new_err(
+                "TemperatureMonitor needs the real clock: the sampler runs in real time",
+            ));
+        }
+        if !(update_period.is_finite() && update_period >= crate::monitor::power::MIN_PERIOD) {
+            return Err(PyValueError::new_err(format!(
+                "update_period must be at least {} s, got {update_period}",
+                crate::monitor::power::MIN_PERIOD
+            )));
+        }
+        let capacity = match max_samples_per_gpu {
+            Some(0) => {
+                return Err(PyValueError::new_err(
+                    "max_samples_per_gpu must be at least 1, got 0",
+                ))
+            }
+            Some(n) => n,
+            None => ((3600.0 / update_period).ceil() as usize).clamp(2, 1 << 20),
+        };
+        let indices = gpu_indices.unwrap_or_else(|| (0..gpus.len()).collect());
+        crate::monitor::power::check_indices(&gpus, &indices).py_err(py)?;
+        let devices = indices
+            .iter()
+            .map(|&i| gpus.device(i).cloned())
+            .collect::<crate::device::GpuResult<Vec<_>>>()
+            .map_err(|e| gpu_error(py, e))?;
+        // A GPU without a temperature sensor fails here, with its own error class.
+        for d in &devices {
+            d.temperature_c().map_err(|e| gpu_error(py, e))?;
+        }
+        let interest = Interest::Temperature {
+            period: update_period,
+            capacity,
+        };
+        let lease = py
+            .detach(|| Sampler::lease_for(&devices, interest))
+            .map_err(|e| PyOSError::new_err(e.to_string()))?;
+        let watched = (0..lease.len()).map(|k| lease.watched(k).clone()).collect();
+        Ok(PyTemperatureMonitor {
+            indices,
+            period: update_period,
+            watched,
+            lease: Mutex::new(Some(lease)),
+        })
+    }
+
+    #[getter]
+    fn gpu_indices(&self) -> Vec<usize> {
+        self.indices.clone()
+    }
+
+    #[getter]
+    fn update_period(&self) -> f64 {
+        self.period
+    }
+
+    /// `{gpu_index: [(timestamp, °C), ...]}`, oldest first, within `[start_time, end_time]`
+    /// where given.
+    #[pyo3(signature = (gpu_index = None, start_time = None, end_time = None))]
+    fn get_temperature_timeline<'py>(
+        &self,
+        py: Python<'py>,
+        gpu_index: Option<usize>,
+        start_time: Option<f64>,
+        end_time: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        self.check()?;
+        let columns = match gpu_index {
+            None => (0..self.indices.len()).collect(),
+            Some(i) => vec![self.column(i)?],
+        };
+        let (lo, hi) = (
+            start_time.unwrap_or(f64::NEG_INFINITY),
+            end_time.unwrap_or(f64::INFINITY),
+        );
+        let d = PyDict::new(py);
+        for k in columns {
+            d.set_item(self.indices[k], self.watched[k].temperatures(lo, hi))?;
+        }
+        Ok(d)
+    }
+
+    /// `{gpu_index: °C}`: the latest sample, or the latest at or before `time`; `None` if a GPU
+    /// has no such sample yet.
+    #[pyo3(signature = (time = None))]
+    fn get_temperature<'py>(
+        &self,
+        py: Python<'py>,
+        time: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.check()?;
+        let d = PyDict::new(py);
+        for (i, w) in self.indices.iter().zip(&self.watched) {
+            let Some((_, c)) = w.temperature_at(time) else {
+                return Ok(None);
+            };
+            d.set_item(i, c)?;
+        }
+        Ok(Some(d))
+    }
+
+    /// Stop sampling (idempotent); samples taken stay readable.
+    fn stop(&self, py: Python<'_>) {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(lease));
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+        self.stop(py);
+        false
+    }
+}
+
 struct MonitorState {
     core: Mutex<EnergyMonitor>,
     gpus: Gpus,
@@ -767,5 +941,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyMeasurement>()?;
     m.add_class::<PyPowerMonitor>()?;
     m.add_class::<PyZeusMonitor>()?;
+    m.add_class::<PyTemperatureMonitor>()?;
     Ok(())
 }
