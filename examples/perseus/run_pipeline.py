@@ -129,7 +129,7 @@ def run_job(scheduler: str, scheduler_args: dict, iters: int, workdir: Path) -> 
         ZEUS_LOG_LEVEL="WARNING",
     )
     server = subprocess.Popen(
-        [sys.executable, "-m", "zeus.optimizer.perseus.server.router", "--port", str(port)],
+        [sys.executable, "-m", "zeus.optimizer.perseus.server.cli", "--port", str(port)],
         env=env,
     )
     try:

@@ -131,3 +131,30 @@ def avg_power(
     seconds = _seconds(times) if len(times) else np.zeros(0)
     area = _area(logfile, seconds, power_w)
     return area / float(seconds.max() - seconds.min())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m zeus.analyze energy|avg-power LOGFILE [--start S] [--end S]`."""
+    from zeus.util import cli
+
+    def run(args: list[str]) -> int:
+        p = cli.Parser(
+            prog="python -m zeus.analyze",
+            description="Energy (J) or average power (W) of a zeus-monitor power log.",
+        )
+        sub = p.add_subparsers(dest="command", required=True)
+        for name, what in (("energy", "energy in joules"), ("avg-power", "average power in W")):
+            c = sub.add_parser(name, help=what)
+            c.add_argument("logfile", help="a zeus-monitor CSV (Time,Power)")
+            c.add_argument("--start", type=float, default=None, help="seconds after the start")
+            c.add_argument("--end", type=float, default=None, help="seconds after the start")
+        a = p.parse_args(args)
+        f = energy if a.command == "energy" else avg_power
+        print(f(a.logfile, start=a.start, end=a.end))
+        return 0
+
+    return cli.run("python -m zeus.analyze", run, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,7 +9,6 @@ energy saved against the maximum.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -17,7 +16,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from zeus.device import ZeusBaseGPUError, get_gpus
+from zeus.device import get_gpus
+from zeus.util import cli
 
 
 def _list_gpus(console: Console) -> int:
@@ -154,9 +154,15 @@ def _power_limit_optimizer(console: Console) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point."""
-    parser = argparse.ArgumentParser(prog="python -m zeus.demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=4.0, help="length of the workload")
+    """Entry point; expected errors are one line and a hint (`zeus.util.cli`)."""
+    return cli.run("python -m zeus.demo", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    parser = cli.Parser(prog="python -m zeus.demo", description=__doc__)
+    parser.add_argument(
+        "--seconds", type=cli.positive_float, default=4.0, help="length of the workload"
+    )
     parser.add_argument("--plot", metavar="PNG", help="plot the power timeline (needs matplotlib)")
     parser.add_argument(
         "--skip-optimizer", action="store_true", help="do not run the power-limit optimizer"
@@ -165,15 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     # The optimizer logs every step of its scan at INFO; the tables below say it more briefly.
     os.environ.setdefault("ZEUS_LOG_LEVEL", "WARNING")
     console = Console()
-    try:
-        if _list_gpus(console) == 0:
-            return 1
-        _monitored_workload(console, args.seconds, args.plot)
-        if not args.skip_optimizer:
-            _power_limit_optimizer(console)
-    except ZeusBaseGPUError as e:
-        console.print(f"[red]{type(e).__name__}[/red]: {e}")
+    if _list_gpus(console) == 0:
         return 1
+    _monitored_workload(console, args.seconds, args.plot)
+    if not args.skip_optimizer:
+        _power_limit_optimizer(console)
     return 0
 
 

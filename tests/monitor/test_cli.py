@@ -27,25 +27,13 @@ def sim_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    seen = ""
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        seen += line
-        if needle in line:
-            return seen
-        if proc.poll() is not None:
-            break
-    proc.kill()
-    pytest.fail(f"never saw {needle!r}; output so far: {seen!r}")
-
-
 @pytest.mark.parametrize("mode", ["power", "energy"])
 def test_python_cli_prints_summary_on_sigint(mode: str):
     args = [sys.executable, "-m", "zeus.monitor", mode, "--gpu-indices", "1", "0"]
     if mode == "power":
-        args += ["--update-period", "0.01"]
+        args += ["--update-period", "0.01"]  # piped: CSV rows stream on stdout
+    else:
+        args += ["--format", "json"]
     proc = subprocess.Popen(
         args,
         env=sim_env(),
@@ -54,20 +42,52 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
         text=True,
         preexec_fn=default_sigint,
     )
-    wait_for_line(proc, "Ctrl-C to stop")
+    if mode == "power":
+        assert proc.stdout.readline().strip() == "time,gpu1_w,gpu0_w"
+    else:
+        assert "Ctrl-C to stop" in proc.stderr.readline()
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     out, err = finish(proc)
     assert proc.returncode == 0, err
     if mode == "power":
-        assert "Total time (s):" in out
-        energy = re.search(r"Total energy \(J\): \{'GPU1': ([\d.]+), 'GPU0': ([\d.]+)\}", out)
-        assert energy, out
-        seconds = float(re.search(r"Total time \(s\): ([\d.]+)", out).group(1))
-        # Idle simulated A40 draws 30 W.
+        rows = [r.split(",") for r in out.strip().splitlines()]
+        assert len(rows) > 10 and all(len(r) == 3 for r in rows), out
+        times = [float(r[0]) for r in rows]
+        assert times == sorted(times)
+        assert all(float(r[2]) == pytest.approx(30.0, rel=0.05) for r in rows)  # idle A40
+        energy = re.search(r"Total energy \(J\): \{'GPU1': ([\d.]+), 'GPU0': ([\d.]+)\}", err)
+        assert energy, err
+        seconds = float(re.search(r"Total time \(s\): ([\d.]+)", err).group(1))
         assert float(energy.group(2)) == pytest.approx(30.0 * seconds, rel=0.1)
     else:
-        assert re.search(r"Total energy \(J\): Measurement\(time=[\d.]+, energy=\{1: ", out), out
+        import json
+
+        m = json.loads(out)
+        assert list(m["energy_j"]) == ["1", "0"] and m["time_s"] > 0.4
+        assert m["total_energy_j"] == pytest.approx(sum(m["energy_j"].values()))
+        assert m["energy_j"]["0"] == pytest.approx(30.0 * m["time_s"], rel=0.1)
+
+
+def test_python_cli_energy_table_and_csv():
+    for fmt, check in (
+        ("table", lambda out: "total" in out and "energy (J)" in out),
+        (
+            "csv",
+            lambda out: (
+                out.splitlines()[0] == "time_s,gpu0_energy_j,gpu1_energy_j,total_energy_j"
+                and len(out.splitlines()[1].split(",")) == 4
+            ),
+        ),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "zeus.monitor", "energy", "--duration", "0.3", "--format", fmt],
+            env=sim_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0 and check(proc.stdout), (fmt, proc.stdout, proc.stderr)
 
 
 def test_python_cli_bad_gpu_index_is_an_error():
@@ -79,7 +99,7 @@ def test_python_cli_bad_gpu_index_is_an_error():
         timeout=60,
     )
     assert proc.returncode == 2
-    assert "GPU index 7" in proc.stdout
+    assert "GPU index 7" in proc.stderr and "hint:" in proc.stderr
 
 
 @pytest.fixture

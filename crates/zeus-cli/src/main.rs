@@ -396,6 +396,17 @@ fn main() -> ExitCode {
                 gpus.len()
             ));
         }
+        if args.energy {
+            let dev = gpus.device(i).expect("index checked");
+            if !dev.supports_total_energy_consumption().unwrap_or(false) {
+                let name = dev.name().unwrap_or_else(|_| "unknown model".into());
+                eprintln!(
+                    "error: GPU {i} ({name}) has no energy counter, which --energy needs \
+                     (Volta and newer have one); drop --energy or leave GPU {i} out"
+                );
+                return ExitCode::from(1);
+            }
+        }
     }
 
     let out: Box<dyn Write> = if logfile == "-" {
@@ -434,7 +445,7 @@ fn main() -> ExitCode {
     let mut status = ExitCode::SUCCESS;
     while !STOP.load(Ordering::SeqCst) && end.is_none_or(|e| Instant::now() < e) {
         if let Err(e) = read(&gpus, &indices, args.energy, &mut power, &mut energy) {
-            eprintln!("{}ERROR: NVML failure ({e})", log_prefix());
+            eprintln!("{}ERROR: reading GPUs {indices:?}: {e}", log_prefix());
             status = ExitCode::from(1);
             break;
         }

@@ -170,3 +170,26 @@ fn bad_numbers_leave_an_existing_file_untouched_with_one_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("DURATION") && err.contains("-3"), "{err}");
 }
+
+#[test]
+fn energy_on_a_gpu_without_a_counter_names_the_gpu_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p100.csv");
+    let out = bin()
+        .env("ZEUS_SIM_GPUS", "A40,P100")
+        .args([
+            path.to_str().unwrap(),
+            "1",
+            "10",
+            "--gpus",
+            "0,1",
+            "--energy",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("GPU 1") && err.contains("P100"), "{err}");
+    assert!(!path.exists(), "nothing written");
+}

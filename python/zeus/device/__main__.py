@@ -27,10 +27,11 @@ from typing import Sequence
 
 from zeus import _core
 from zeus.device.journal import describe_restored, locked_clocks
+from zeus.util import cli
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m zeus.device",
         description="Inspect and restore GPU settings (power limits, locked clocks) journaled "
         "by zeus.",
@@ -50,7 +51,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (expected errors: one line and a hint)."""
+    return cli.run("python -m zeus.device", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     state_dir = args.state_dir if args.state_dir is not None else _core.journal_dir()
     if args.command == "journal":

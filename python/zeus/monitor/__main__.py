@@ -1,42 +1,55 @@
 """`python -m zeus.monitor energy|power`: measure from the command line until Ctrl-C.
 
-- `energy`: one measurement window over the whole run; prints the `Measurement` at the end.
+- `energy`: one measurement window over the whole run; prints time, energy per GPU and the
+  total at the end.
 - `power`: a `PowerMonitor`; shows live power per GPU and, at the end, the total time and
   energy integrated from the timeline.
 
-Both show a live view (rich) while running and print a summary on Ctrl-C (or SIGTERM).
+`--format table` (default) is for people: a live view on a terminal and a table at the end.
+`--format csv` and `--format json` are for programs: `energy` prints one row (CSV with a header)
+or one JSON object; `power` streams one row or JSON line per sample as it is taken, and so does
+`table` when stdout is not a terminal (piped rows, not a live view). Status lines and the closing
+summary of a stream go to stderr. Ctrl-C, SIGTERM or `--duration` end the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import signal
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence, TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from zeus.util import cli
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(
         prog="python -m zeus.monitor",
         description="Measure GPU energy or power until interrupted (Ctrl-C).",
     )
     sub = p.add_subparsers(dest="mode", required=True, metavar="{energy,power}")
     e = sub.add_parser("energy", help="Total time and energy of the whole run.")
-    e.add_argument(
-        "--gpu-indices", type=int, nargs="+", default=None, help="GPUs to measure (default: all)"
-    )
-    w = sub.add_parser("power", help="Live power per GPU, and energy at the end.")
-    w.add_argument(
-        "--gpu-indices", type=int, nargs="+", default=None, help="GPUs to sample (default: all)"
-    )
+    w = sub.add_parser("power", help="Power per GPU over time, and energy at the end.")
+    for s in (e, w):
+        s.add_argument(
+            "--gpu-indices", type=int, nargs="+", default=None, help="GPUs (default: all)"
+        )
+        s.add_argument(
+            "--format", choices=["table", "csv", "json"], default="table", help="output format"
+        )
+        s.add_argument(
+            "--duration", type=cli.positive_float, default=None, help="stop after this many s"
+        )
     w.add_argument(
         "--update-period",
-        type=float,
+        type=cli.positive_float,
         default=None,
         help="Seconds between samples (default: half the GPUs' power update period)",
     )
@@ -50,6 +63,70 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _live_view(out: TextIO, live: bool, per_second: int) -> Any:
+    """A rich live view on a terminal; nothing when `out` is a pipe or file."""
+    if not live:
+        return contextlib.nullcontext()
+    return Live(console=Console(file=out), refresh_per_second=per_second, transient=True)
+
+
+def _until(duration: float | None) -> float:
+    return float("inf") if duration is None else time.monotonic() + duration
+
+
+def _energy(args: argparse.Namespace, out: TextIO, err: Console) -> None:
+    from zeus.monitor import ZeusMonitor
+
+    monitor = ZeusMonitor(gpu_indices=args.gpu_indices)
+    gpus = monitor.gpus
+    start = gpus.now()
+    monitor.begin_window("zeus.monitor.energy", sync_cuda=False)
+    err.print(f"Measuring energy of GPUs {monitor.gpu_indices}; Ctrl-C to stop.")
+    end = _until(args.duration)
+    live = args.format == "table" and out.isatty()
+    try:
+        with _live_view(out, live, 4) as view:
+            while time.monotonic() < end:
+                if live:
+                    rows = {"elapsed (s)": f"{gpus.now() - start:.1f}"}
+                    for i in monitor.gpu_indices:
+                        watts = gpus.get_average_power_usage(i) / 1000
+                        rows[f"GPU{i} power (W)"] = f"{watts:.1f}"
+                    view.update(_table("zeus.monitor energy (Ctrl-C to stop)", rows))
+                time.sleep(min(0.25, max(0.0, end - time.monotonic())))
+    except KeyboardInterrupt:
+        pass
+    m = monitor.end_window("zeus.monitor.energy", sync_cuda=False)
+    energy = {i: m.energy[i] for i in monitor.gpu_indices}
+    total = sum(energy.values())
+    if args.format == "json":
+        print(
+            json.dumps(
+                {
+                    "time_s": m.time,
+                    "energy_j": {str(i): e for i, e in energy.items()},
+                    "total_energy_j": total,
+                }
+            ),
+            file=out,
+        )
+    elif args.format == "csv":
+        print(
+            ",".join(["time_s", *(f"gpu{i}_energy_j" for i in energy), "total_energy_j"]),
+            file=out,
+        )
+        print(",".join(repr(x) for x in (m.time, *energy.values(), total)), file=out)
+    else:
+        t = Table(title=f"zeus.monitor energy: {m.time:.3f} s")
+        t.add_column("GPU")
+        t.add_column("energy (J)", justify="right")
+        t.add_column("average power (W)", justify="right")
+        for i, e in energy.items():
+            t.add_row(str(i), f"{e:.3f}", f"{e / m.time if m.time else 0.0:.1f}")
+        t.add_row("total", f"{total:.3f}", f"{total / m.time if m.time else 0.0:.1f}")
+        Console(file=out).print(t)
+
+
 def _table(title: str, rows: dict[str, str]) -> Table:
     t = Table(title=title)
     t.add_column("")
@@ -59,29 +136,33 @@ def _table(title: str, rows: dict[str, str]) -> Table:
     return t
 
 
-def _energy(args: argparse.Namespace, console: Console) -> None:
-    from zeus.monitor import ZeusMonitor
+class _Rows:
+    """Streams new samples of a `PowerMonitor` as CSV rows or JSON lines."""
 
-    monitor = ZeusMonitor(gpu_indices=args.gpu_indices)
-    gpus = monitor.gpus
-    start = gpus.now()
-    monitor.begin_window("zeus.monitor.energy", sync_cuda=False)
-    console.print(f"Measuring energy of GPUs {monitor.gpu_indices}; Ctrl-C to stop.")
-    try:
-        with Live(console=console, refresh_per_second=4, transient=True) as live:
-            while True:
-                rows = {"elapsed (s)": f"{gpus.now() - start:.1f}"}
-                for i in monitor.gpu_indices:
-                    rows[f"GPU{i} power (W)"] = f"{gpus.get_average_power_usage(i) / 1000:.1f}"
-                live.update(_table("zeus.monitor energy (Ctrl-C to stop)", rows))
-                time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    measurement = monitor.end_window("zeus.monitor.energy", sync_cuda=False)
-    console.print(f"Total energy (J): {measurement}")
+    def __init__(self, out: TextIO, fmt: str, indices: list[int]) -> None:
+        self.out, self.fmt, self.indices = out, fmt, indices
+        self.last = float("-inf")
+        if fmt != "json":
+            print(",".join(["time", *(f"gpu{i}_w" for i in indices)]), file=out, flush=True)
+
+    def emit(self, pm: object) -> None:
+        timelines = pm.get_power_timeline(start_time=self.last)  # type: ignore[attr-defined]
+        columns = [timelines[i] for i in self.indices]
+        for k in range(len(columns[0])):
+            t = columns[0][k][0]
+            if t <= self.last:
+                continue
+            watts = [c[k][1] for c in columns]
+            if self.fmt == "json":
+                row = {"time": t, "power_w": {str(i): w for i, w in zip(self.indices, watts)}}
+                print(json.dumps(row), file=self.out)
+            else:
+                print(",".join([repr(t), *(repr(w) for w in watts)]), file=self.out)
+            self.last = t
+        self.out.flush()
 
 
-def _power(args: argparse.Namespace, console: Console) -> None:
+def _power(args: argparse.Namespace, out: TextIO, err: Console) -> None:
     from zeus.device import get_gpus
     from zeus.monitor import PowerMonitor
 
@@ -89,43 +170,53 @@ def _power(args: argparse.Namespace, console: Console) -> None:
     monitor = PowerMonitor(gpu_indices=args.gpu_indices, update_period=args.update_period)
     start = gpus.now()
     refresh = max(monitor.update_period, 0.1)
-    console.print(
+    err.print(
         f"Sampling power of GPUs {monitor.gpu_indices} every {monitor.update_period:g} s; "
         "Ctrl-C to stop."
     )
+    live = args.format == "table" and out.isatty()
+    rows = None if live else _Rows(out, args.format, monitor.gpu_indices)
+    end = _until(args.duration)
     try:
-        with Live(console=console, refresh_per_second=10, transient=True) as live:
-            while True:
+        with _live_view(out, live, 10) as view:
+            while time.monotonic() < end:
                 if not monitor.running:
                     monitor.sample_now()  # virtual clock: sampling is ours to drive
-                power = monitor.get_power() or {}
-                rows = {f"GPU{i} (W)": f"{w:.1f}" for i, w in power.items()}
-                live.update(_table(f"zeus.monitor power, every {monitor.update_period:g} s", rows))
-                time.sleep(refresh)
+                if rows is not None:
+                    rows.emit(monitor)
+                else:
+                    power = monitor.get_power() or {}
+                    cells = {f"GPU{i} (W)": f"{w:.1f}" for i, w in power.items()}
+                    title = f"zeus.monitor power, every {monitor.update_period:g} s"
+                    view.update(_table(title, cells))
+                time.sleep(min(refresh, max(0.0, end - time.monotonic())))
     except KeyboardInterrupt:
         pass
-    end = gpus.now()
+    stop = gpus.now()
     monitor.sample_now()
     monitor.stop()
-    energy = monitor.get_energy(start, end) or {}
-    console.print(f"Total time (s): {end - start:.3f}")
-    console.print("Total energy (J): " + repr({f"GPU{i}": round(e, 3) for i, e in energy.items()}))
-    console.print(f"Samples: {monitor.num_samples} at {monitor.update_period:g} s")
+    if rows is not None:
+        rows.emit(monitor)
+    energy = monitor.get_energy(start, stop) or {}
+    summary = Console(file=out) if live else err
+    summary.print(f"Total time (s): {stop - start:.3f}")
+    summary.print("Total energy (J): " + repr({f"GPU{i}": round(e, 3) for i, e in energy.items()}))
+    summary.print(f"Samples: {monitor.num_samples} at {monitor.update_period:g} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (expected errors: one line and a hint)."""
+    return cli.run("python -m zeus.monitor", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
     _sigterm_as_interrupt()
-    try:
-        if args.mode == "energy":
-            _energy(args, console)
-        else:
-            _power(args, console)
-    except ValueError as e:
-        console.print(f"error: {e}")
-        return 2
+    err = Console(stderr=True)
+    if args.mode == "energy":
+        _energy(args, sys.stdout, err)
+    else:
+        _power(args, sys.stdout, err)
     return 0
 
 

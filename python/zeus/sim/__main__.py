@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import zeus.sim
+from zeus.util import cli
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m zeus.sim`."""
-    parser = argparse.ArgumentParser(prog="python -m zeus.sim", description=__doc__)
+    return cli.run("python -m zeus.sim", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    parser = cli.Parser(prog="python -m zeus.sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nvml-path", help="print the absolute path of the simulated libnvidia-ml.so.1")
     sub.add_parser("presets", help="list the GPU models the simulator knows")
@@ -19,8 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             print(zeus.sim.nvml_library_path())
         except FileNotFoundError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+            raise cli.CliError(str(e), "reinstall zeus from source: pip install .") from None
     else:
         print("\n".join(zeus.sim.known_presets()))
     return 0

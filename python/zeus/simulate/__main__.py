@@ -5,16 +5,16 @@ Prints one JSON object with the totals; `--output` writes one CSV row per run.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
 
 from zeus.simulate import WORKLOADS, simulate
+from zeus.util import cli
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def _parser() -> cli.Parser:
+    p = cli.Parser(
         prog="python -m zeus.simulate",
         description="Trace-driven simulation of a recurring job (Zeus, NSDI'23).",
     )
@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
+    return cli.run("python -m zeus.simulate", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         result, rows = simulate(
@@ -49,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             beta=args.beta,
             recurrences=args.recurrences,
         )
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except RuntimeError as e:
+        raise cli.CliError(str(e), "see python -m zeus.simulate --help") from None
     if args.output:
         with open(args.output, "w", newline="") as f:
             w = csv.writer(f)

@@ -249,7 +249,7 @@ def test_console_entry_serves_on_loopback(tmp_path):
     import os
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zeus.optimizer.perseus.server.router", "--port", str(port)],
+        [sys.executable, "-m", "zeus.optimizer.perseus.server.cli", "--port", str(port)],
         env={**os.environ, **env},
     )
     try:

@@ -14,18 +14,33 @@ import argparse
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import Optional, Sequence
 
+from zeus.util import cli
+
 APP_FACTORY = "zeus.optimizer.batch_size.server.app:create_app"
+PROG = "zeus-bso-server"
+
+
+def _settings_help() -> str:
+    try:
+        from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
+    except ModuleNotFoundError:
+        return "settings: install the 'bso-server' extra to list them"
+    return cli.settings_help(ZeusBsoSettings, "ZEUS_BSO_")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zeus-bso-server", description="Zeus batch size optimizer server"
+    p = cli.Parser(
+        prog=PROG,
+        description="Zeus batch size optimizer server",
+        epilog=_settings_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    p.add_argument("--port", type=cli.port, default=8000, help="port to bind (default 8000)")
     p.add_argument(
         "--database-url", default=None, help="async SQLAlchemy URL (ZEUS_BSO_DATABASE_URL)"
     )
@@ -46,20 +61,47 @@ async def _migrate() -> None:
         await db.dispose()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def _check_sqlite_path(url: str) -> None:
+    """Refuse a SQLite database that cannot be created, naming its path."""
+    _, sep, path = url.partition(":///")
+    if not sep or not path or path.startswith(":memory:"):
+        return
+    parent = Path(path).expanduser().resolve().parent
+    if not parent.is_dir():
+        raise cli.CliError(
+            f"cannot create the SQLite database {path}: directory {parent} does not exist",
+            "create it, or point --database-url (ZEUS_BSO_DATABASE_URL) elsewhere",
+        )
+    if not os.access(parent, os.W_OK):
+        raise cli.CliError(
+            f"cannot create the SQLite database {path}: directory {parent} is not writable",
+            "point --database-url (ZEUS_BSO_DATABASE_URL) at a writable directory",
+        )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `zeus-bso-server` console script."""
+    return cli.run(PROG, _main, argv, extra="bso-server")
+
+
+def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.workers < 1:
-        raise SystemExit(f"--workers must be >= 1, got {args.workers}")
+        raise cli.CliError(f"--workers must be >= 1, got {args.workers}", "see --help", 2)
     if args.database_url is not None:
         # Through the environment so that every uvicorn worker process sees it.
         os.environ["ZEUS_BSO_DATABASE_URL"] = args.database_url
+    from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
+
+    settings = ZeusBsoSettings()  # bad settings fail here, in one line, before binding
+    if settings.is_sqlite:
+        _check_sqlite_path(settings.database_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     if args.migrate or args.command == "migrate":
         asyncio.run(_migrate())
         logging.getLogger("zeus.optimizer.batch_size.server").info("Database migrated")
-        return
+        return 0
 
     import uvicorn
 
@@ -77,7 +119,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         timeout_keep_alive=int(UVICORN_KEEPALIVE_TIMEOUT),
         server_header=False,
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

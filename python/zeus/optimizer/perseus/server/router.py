@@ -7,7 +7,6 @@ environment variables (`PerseusSettings`).
 
 from __future__ import annotations
 
-import argparse
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional
@@ -87,27 +86,3 @@ def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
 
 
 app = create_app()
-
-
-def main(argv: Optional[list[str]] = None) -> None:
-    """Entry point of `zeus-perseus-server`: serve on loopback unless told otherwise."""
-    import uvicorn
-
-    parser = argparse.ArgumentParser(
-        prog="zeus-perseus-server",
-        description="Perseus frequency-plan server (settings from PERSEUS_* variables).",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    parser.add_argument("--port", type=int, default=7787, help="port (default 7787)")
-    args = parser.parse_args(argv)
-    settings = PerseusSettings()  # fail fast on bad settings, before binding the port
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_level=settings.log_level.lower(),
-    )
-
-
-if __name__ == "__main__":
-    main()

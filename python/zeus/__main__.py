@@ -1,0 +1,31 @@
+"""`python -m zeus`: what zeus offers on the command line."""
+
+from __future__ import annotations
+
+COMMANDS = """zeus: measure and cut the energy deep-learning jobs spend on GPUs.
+
+Commands:
+  python -m zeus.demo                the main job on whatever GPUs are visible (try it with
+                                     ZEUS_GPU_BACKEND=sim for the simulated GPU)
+  python -m zeus.show_env            versions, GPU backend and devices, ZEUS_* settings
+  python -m zeus.monitor energy|power  measure energy or power until Ctrl-C
+  python -m zeus.analyze ...         energy and average power of a zeus-monitor log
+  python -m zeus.device journal|restore  GPU settings zeus changed, and undoing them
+  python -m zeus.simulate ...        the Zeus paper's trace-driven simulation
+  python -m zeus.sim nvml-path|presets  the simulated GPU
+  zeus-monitor LOGFILE DURATION SLEEP_MS  standalone power logger (--help)
+  zeus-bso-server                    batch-size optimizer server ('bso-server' extra)
+  zeus-perseus-server                Perseus frequency-plan server ('perseus' extra)
+
+Each takes --help; --debug shows the traceback of an error.
+"""
+
+
+def main() -> int:
+    """Print the command list."""
+    print(COMMANDS, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""How every console entry point fails: one line saying what is wrong, one saying what to do.
+
+Expected errors (no GPU library, a missing optional dependency, a bad path or number, a GPU
+without a feature) print `PROG: error: ...` and `PROG: hint: ...` on stderr and exit 1 (2 for a
+bad argument), without a traceback. `--debug` anywhere on the command line, or
+`ZEUS_LOG_LEVEL=DEBUG`, shows the traceback instead. Unexpected errors keep theirs.
+
+Example:
+    >>> def main(argv=None) -> int:
+    ...     return run("python -m zeus.thing", _main, argv)  # doctest: +SKIP
+
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, NoReturn, Sequence
+
+# Top-level modules of optional dependencies, and the extra that installs each.
+EXTRAS = {
+    "uvicorn": "bso-server",
+    "fastapi": "bso-server",
+    "sqlalchemy": "bso-server",
+    "alembic": "bso-server",
+    "asyncpg": "bso-server",
+    "aiosqlite": "bso-server",
+    "pydantic_settings": "bso-server",
+    "httpx": "bso",
+    "transformers": "hf",
+    "torch": "torch",
+    "matplotlib": "plot",
+}
+
+
+class CliError(Exception):
+    """An expected failure with a message and a hint; `status` 2 means a bad argument."""
+
+    def __init__(self, message: str, hint: str = "", status: int = 1) -> None:
+        """Say what is wrong and what to do."""
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.status = status
+
+
+class Parser(argparse.ArgumentParser):
+    """`argparse` with the same one-line error and hint as `run`."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(f"{self.prog}: hint: see {self.prog} --help", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def port(value: str) -> int:
+    """`argparse` type of a TCP port: 1 to 65535."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be from 1 to 65535, got {n}")
+    return n
+
+
+def positive_float(value: str) -> float:
+    """`argparse` type of a finite number > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not (x > 0 and x != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
+    return x
+
+
+def settings_help(settings: type, prefix: str) -> str:
+    """`--help` epilog listing a pydantic-settings class's environment variables and defaults."""
+    fields = getattr(settings, "model_fields", {})
+    lines = ["settings (environment variables, default in brackets):"]
+    for name, field in fields.items():
+        default = field.get_default(call_default_factory=True)
+        lines.append(f"  {prefix}{name.upper()} [{default!r}]")
+    return "\n".join(lines)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def describe(error: BaseException, extra: str | None = None) -> CliError | None:
+    """The one-line message and hint for an expected error; `None` for an unexpected one.
+
+    `extra` names the extra that the entry point itself needs, for missing modules that are
+    not in `EXTRAS`.
+    """
+    if isinstance(error, CliError):
+        return error
+    if isinstance(error, ModuleNotFoundError) and error.name:
+        root = error.name.split(".")[0]
+        needed = extra if (extra and root in EXTRAS) else EXTRAS.get(root)
+        if needed is None:
+            return None
+        return CliError(
+            f"the Python package {root!r} is not installed",
+            f"install the {needed!r} extra: pip install 'zeus-energy[{needed}]' "
+            f"(from a clone: pip install '.[{needed}]')",
+        )
+    from zeus.device.exception import ZeusBaseGPUError, ZeusGPULibraryNotFoundError
+
+    if isinstance(error, ZeusGPULibraryNotFoundError):
+        return CliError(
+            "NVML (libnvidia-ml.so.1) could not be loaded: no NVIDIA GPU can be used",
+            "on a machine without one, ZEUS_GPU_BACKEND=sim uses the simulated GPU; "
+            "python -m zeus.show_env shows what zeus finds",
+        )
+    if isinstance(error, ZeusBaseGPUError):
+        return CliError(_one_line(error), "python -m zeus.show_env shows what zeus finds")
+    if isinstance(error, OSError) and error.filename is not None:
+        return CliError(
+            f"{error.filename}: {error.strerror or _one_line(error)}",
+            "check the path and its permissions",
+        )
+    if isinstance(error, ValueError):
+        errors = getattr(error, "errors", None)
+        if callable(errors):  # a pydantic ValidationError: name the first field
+            first = errors()[0]
+            loc = ".".join(str(p) for p in first.get("loc", ())) or "value"
+            return CliError(f"{loc}: {first.get('msg')}", "see --help for the settings")
+        return CliError(_one_line(error), "see --help", status=2)
+    return None
+
+
+def _debugging(argv: list[str]) -> bool:
+    level = os.environ.get("ZEUS_LOG_LEVEL", "").strip().upper()
+    return "--debug" in argv or level == "DEBUG"
+
+
+def run(
+    prog: str,
+    main: Callable[[list[str]], int | None],
+    argv: Sequence[str] | None = None,
+    extra: str | None = None,
+) -> int:
+    """Run `main(argv)` as the console entry point `prog`; returns the exit status.
+
+    `--debug` is taken out of `argv` (it works on every entry point) and makes expected errors
+    show their traceback.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = _debugging(args)
+    args = [a for a in args if a != "--debug"]
+    try:
+        return main(args) or 0
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep the interpreter from
+        # complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except Exception as e:
+        if debug:
+            raise
+        known = describe(e, extra)
+        if known is None:
+            raise
+        print(f"{prog}: error: {known.message}", file=sys.stderr)
+        if known.hint:
+            print(f"{prog}: hint: {known.hint}", file=sys.stderr)
+        return known.status
