@@ -131,3 +131,48 @@ def test_help_everywhere():
     assert "ZEUS_BSO_DATABASE_URL" in out.stdout and "ZEUS_BSO_TOKEN" in out.stdout
     out = _run(["-m", "zeus.optimizer.perseus.server.cli", "--help"], {})
     assert "PERSEUS_SCHEDULER" in out.stdout and "PERSEUS_DUMP_DIR" in out.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["zeus.optimizer.batch_size.server.cli", "zeus.optimizer.perseus.server.cli"],
+)
+def test_servers_start_with_no_settings_and_answer_docs(module: str, tmp_path):
+    """No ZEUS_BSO_* or PERSEUS_* variable at all: the defaults serve (the SQLite file and the
+    Perseus dump directory land in the working directory)."""
+    import time
+
+    import httpx
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZEUS_", "PERSEUS_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/docs")
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert r.status_code == 200 and "swagger" in r.text.lower()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

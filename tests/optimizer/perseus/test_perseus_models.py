@@ -158,3 +158,18 @@ def test_3d_variants_validate_args_and_plan_every_rank():
     assert plans[0].frequencies == plans[2].frequencies
     assert [n for n, _ in plans[0].frequencies] == ["forward", "forward", "backward", "backward"]
     assert [n for n, _ in plans[1].frequencies] == ["forward", "backward"] * 2
+
+
+def test_the_default_scheduler_needs_no_argument_and_takes_microbatches_from_the_job():
+    settings = PerseusSettings()
+    assert settings.scheduler is AllMaxFrequency and settings.scheduler_args == {}
+    job = JobInfo(pp_degree=2, dp_degree=1, tp_degree=1, world_size=2, num_microbatches=3)
+    job.set_job_id("t")
+    s = AllMaxFrequency(job, _ranks(), settings)
+    schedules = s.next_schedule()
+    assert [len(x.frequencies) for x in schedules] == [6, 6]  # 3 forwards + 3 backwards
+    assert all(f == 1740 for x in schedules for _, f in x.frequencies)
+    with pytest.raises(ValueError, match="num_microbatches= to PerseusOptimizer"):
+        AllMaxFrequency(_job(), _ranks(), settings)
+    # Given both, the scheduler's argument wins.
+    assert AllMaxFrequency(job, _ranks(), settings, num_microbatches=1).num_microbatches == 1

@@ -65,7 +65,9 @@ class PerseusSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="PERSEUS_")
 
-    scheduler: Any = "PointSolution"
+    # The reference's default, PointSolution, needs a solution file; this one needs no
+    # argument, so the server starts with no settings at all.
+    scheduler: Any = "AllMaxFrequency"
     scheduler_args: dict[str, Any] = {}
     log_level: str = "DEBUG"
     dump_data: bool = True
@@ -114,6 +116,9 @@ class JobInfo(BaseModel):
     tp_degree: int = Field(ge=1)
     world_size: int = Field(ge=1)
     job_metadata: Optional[str] = None
+    # Microbatches per iteration, when the client knows it; schedulers that are not given
+    # `num_microbatches` in their arguments use this (not in the reference).
+    num_microbatches: Optional[int] = Field(default=None, ge=1)
 
     @field_validator("job_id")
     @classmethod

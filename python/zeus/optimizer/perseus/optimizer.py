@@ -73,6 +73,9 @@ class PerseusOptimizer(Callback):
             profiling schedulers); if false, the first schedule is replayed forever.
         timeout: Seconds to wait for the job id or for HTTP answers other than schedules
             (schedules may wait for slow ranks indefinitely).
+        num_microbatches: Microbatches per iteration, sent with the job so that schedulers
+            not configured with it (the default, `AllMaxFrequency`) can plan (not in the
+            reference).
 
     """
 
@@ -95,6 +98,7 @@ class PerseusOptimizer(Callback):
         wait_for_frequency: bool = False,
         report_results: bool = True,
         timeout: float = 60.0,
+        num_microbatches: Optional[int] = None,
     ) -> None:
         """Register with the server, start the frequency controller, get the first plan."""
         import httpx
@@ -123,6 +127,7 @@ class PerseusOptimizer(Callback):
             tp_degree=tp_degree,
             world_size=world_size,
             job_metadata=job_metadata,
+            num_microbatches=num_microbatches,
         )
         self.job_id = job_id if job_id is not None else self._get_job_id(job_info)
         self._post(

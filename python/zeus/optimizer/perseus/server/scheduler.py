@@ -198,11 +198,27 @@ def make_3d_parallel(
     return Wrapper
 
 
+def _microbatches(job_info: JobInfo, given: int | None, scheduler: str) -> int:
+    """The scheduler's `num_microbatches` argument, else the job's, checked."""
+    n = given if given is not None else job_info.num_microbatches
+    if n is None:
+        raise ValueError(
+            f"{scheduler} needs the number of microbatches per iteration: pass "
+            "num_microbatches= to PerseusOptimizer, or set "
+            'PERSEUS_SCHEDULER_ARGS=\'{"num_microbatches": N}\''
+        )
+    if n < 1:
+        raise ValueError(f"num_microbatches must be >= 1, got {n}")
+    return n
+
+
 class AllMaxFrequency(FrequencyScheduler):
     """Every forward and backward of the 1F1B schedule at the rank's highest frequency.
 
+    The server's default scheduler: it needs no argument.
+
     Args:
-        num_microbatches: Microbatches per iteration.
+        num_microbatches: Microbatches per iteration; default the job's (`JobInfo`).
 
     """
 
@@ -211,12 +227,10 @@ class AllMaxFrequency(FrequencyScheduler):
         job_info: JobInfo,
         rank_infos: list[RankInfo],
         perseus_settings: PerseusSettings,
-        num_microbatches: int,
+        num_microbatches: int | None = None,
     ) -> None:
         """Check the arguments."""
-        if num_microbatches < 1:
-            raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
-        self.num_microbatches = num_microbatches
+        self.num_microbatches = _microbatches(job_info, num_microbatches, "AllMaxFrequency")
         super().__init__(job_info, rank_infos, perseus_settings)
 
     def _run(self) -> ScheduleGen:
@@ -308,7 +322,7 @@ class InstructionProfiler(FrequencyScheduler):
     instruction runs at the highest frequency.
 
     Args:
-        num_microbatches: Microbatches per iteration.
+        num_microbatches: Microbatches per iteration; default the job's (`JobInfo`).
         frequencies: Frequencies to profile (MHz); default all the GPU supports.
         num_frequencies: Profile only this many, evenly spaced (ignored with `frequencies`).
         warmup_iters: Iterations per frequency that are not measured.
@@ -322,7 +336,7 @@ class InstructionProfiler(FrequencyScheduler):
         job_info: JobInfo,
         rank_infos: list[RankInfo],
         perseus_settings: PerseusSettings,
-        num_microbatches: int,
+        num_microbatches: int | None = None,
         frequencies: list[int] | None = None,
         num_frequencies: int | None = None,
         warmup_iters: int = 1,
@@ -330,8 +344,7 @@ class InstructionProfiler(FrequencyScheduler):
         output_path: str | None = None,
     ) -> None:
         """Check the arguments and choose the frequencies."""
-        if num_microbatches < 1:
-            raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches}")
+        num_microbatches = _microbatches(job_info, num_microbatches, type(self).__name__)
         if warmup_iters < 0 or profile_iters < 1:
             raise ValueError(
                 f"need warmup_iters >= 0 and profile_iters >= 1, got {warmup_iters}, "
@@ -439,7 +452,7 @@ class EnergyOptimal(InstructionProfiler):
         job_info: JobInfo,
         rank_infos: list[RankInfo],
         perseus_settings: PerseusSettings,
-        num_microbatches: int,
+        num_microbatches: int | None = None,
         slowdown: float = 0.0,
         profile_path: str | None = None,
         blocking_power: float | list[float] | None = None,
