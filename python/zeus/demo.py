@@ -18,6 +18,7 @@ from rich.table import Table
 
 from zeus.device import get_gpus
 from zeus.util import cli
+from zeus.util.metric import zeus_cost
 
 
 def _list_gpus(console: Console) -> int:
@@ -117,7 +118,8 @@ def _power_limit_optimizer(console: Console) -> None:
 
     gpus = get_gpus()
     console.print(
-        "[bold]GlobalPowerLimitOptimizer on GPU 0: scan the power limits, keep the cheapest[/bold]"
+        "[bold]GlobalPowerLimitOptimizer on GPU 0: scan the power limits, keep the one of "
+        "least cost (ZeusCost, eta 0.5: energy and time weighed equally)[/bold]"
     )
     monitor = ZeusMonitor(gpu_indices=[0])
     plo = GlobalPowerLimitOptimizer(monitor, warmup_steps=2, profile_steps=6, pl_step=25)
@@ -138,11 +140,20 @@ def _power_limit_optimizer(console: Console) -> None:
             if steps % 50 == 0:
                 plo.on_epoch_end()
         chosen = plo.current_power_limit
+    # The selector's cost, so the table shows why the choice is not simply the least energy.
+    max_power_w = gpus.get_power_management_limit_constraints(0)[1] / 1000
+    cost = {m.power_limit: zeus_cost(m.energy, m.time, 0.5, max_power_w) for m in plo.measurements}
     table = Table(title="profiled power limits (6 steps each)")
-    for col in ("power limit (W)", "energy (J)", "time (s)"):
+    for col in ("power limit (W)", "energy (J)", "time (s)", "cost (ZeusCost, eta 0.5)"):
         table.add_column(col)
     for meas in plo.measurements:
-        table.add_row(str(meas.power_limit), f"{meas.energy:.2f}", f"{meas.time:.3f}")
+        mark = " <- least" if cost[meas.power_limit] == min(cost.values()) else ""
+        table.add_row(
+            str(meas.power_limit),
+            f"{meas.energy:.2f}",
+            f"{meas.time:.3f}",
+            f"{cost[meas.power_limit]:.2f}{mark}",
+        )
     console.print(table)
     by_pl = {meas.power_limit: meas for meas in plo.measurements}
     top, best = by_pl[max(by_pl)], by_pl[chosen // 1000]

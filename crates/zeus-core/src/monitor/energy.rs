@@ -558,16 +558,20 @@ impl EnergyMonitor {
         };
         let mut energy = Vec::with_capacity(self.indices.len());
         for (k, &i) in self.indices.iter().enumerate() {
-            let mut e = if !w.cached_j[k].is_nan() {
-                let (s, e) = match self.cached_edges(k, start, end, !exact) {
-                    Some((s, e)) => (s.unwrap_or(w.cached_j[k]), e),
-                    // The cache is gone (a forked child): the counter is on the same scale.
-                    None => (
-                        w.cached_j[k],
-                        self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0,
-                    ),
-                };
-                (e - s).max(0.0)
+            let began_cached = !w.cached_j[k].is_nan();
+            let cached = if self.cached[k].is_some() {
+                self.cached_edges(k, start, end, !exact)
+            } else {
+                None
+            };
+            let mut e = if let Some((s, e)) = cached.filter(|c| c.0.is_some() || began_cached) {
+                // Both edges from the cache; a window opened before the sampler's first
+                // counter value gets its start from the cache too, once it has one.
+                (e - s.unwrap_or(w.cached_j[k])).max(0.0)
+            } else if began_cached {
+                // The cache is gone (a forked child): the counter is on the same scale.
+                let e = self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0;
+                (e - w.cached_j[k]).max(0.0)
             } else if self.has_counter[k] {
                 counter_delta_joules(start_mj[k], counters[k])
             } else {
@@ -945,8 +949,9 @@ mod tests {
         );
         let direct = EnergyMonitor::with_reads(gpus, None, None, None, ReadMode::Direct).unwrap();
         assert_eq!(direct.reads_cached(), vec![false]);
-        std::thread::sleep(std::time::Duration::from_millis(400));
-        for exact in [false, true] {
+        // The first window opens before the sampler has a counter value; it still ends up
+        // with both edges from the cache.
+        for exact in [false, false, true] {
             let e0 = dev.true_energy_j();
             m.begin_window("w").unwrap();
             dev.set_load(Load::Busy);

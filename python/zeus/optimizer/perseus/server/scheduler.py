@@ -205,7 +205,7 @@ def _microbatches(job_info: JobInfo, given: int | None, scheduler: str) -> int:
         raise ValueError(
             f"{scheduler} needs the number of microbatches per iteration: pass "
             "num_microbatches= to PerseusOptimizer, or set "
-            'PERSEUS_SCHEDULER_ARGS=\'{"num_microbatches": N}\''
+            "PERSEUS_SCHEDULER_ARGS='{\"num_microbatches\": N}'"
         )
     if n < 1:
         raise ValueError(f"num_microbatches must be >= 1, got {n}")
