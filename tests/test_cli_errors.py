@@ -47,6 +47,31 @@ CASES = {
         1,
         "'uvicorn' is not installed",
     ),
+    "bso bad host": (
+        ["-m", "zeus.optimizer.batch_size.server.cli", "--host", "no such host!"],
+        {},
+        2,
+        "not an address this machine can bind",
+    ),
+    "bso bad database URL": (
+        [
+            "-m",
+            "zeus.optimizer.batch_size.server.cli",
+            "--port",
+            "18126",
+            "--database-url",
+            "mysql://x/y",
+        ],
+        {},
+        2,
+        "is not a SQLite or PostgreSQL URL",
+    ),
+    "perseus bad host": (
+        ["-m", "zeus.optimizer.perseus.server.cli", "--host", "256.1.1.1"],
+        {},
+        2,
+        "256.1.1.1",
+    ),
     "perseus port": (["-m", "zeus.optimizer.perseus.server.cli", "--port", "0"], {}, 2, "got 0"),
     "perseus bad settings": (
         ["-m", "zeus.optimizer.perseus.server.cli", "--port", "18125"],

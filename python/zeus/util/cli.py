@@ -65,6 +65,19 @@ def port(value: str) -> int:
     return n
 
 
+def host(value: str) -> str:
+    """`argparse` type of an address to bind: an IP address or a name that resolves."""
+    import socket
+
+    try:
+        socket.getaddrinfo(value, None)
+    except (socket.gaierror, UnicodeError):
+        raise argparse.ArgumentTypeError(
+            f"not an address this machine can bind: {value!r}"
+        ) from None
+    return value
+
+
 def positive_float(value: str) -> float:
     """`argparse` type of a finite number > 0."""
     try:

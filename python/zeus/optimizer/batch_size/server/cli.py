@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument(
+        "--host", type=cli.host, default="127.0.0.1", help="address to bind (default 127.0.0.1)"
+    )
     p.add_argument("--port", type=cli.port, default=8000, help="port to bind (default 8000)")
     p.add_argument(
         "--database-url", default=None, help="async SQLAlchemy URL (ZEUS_BSO_DATABASE_URL)"
@@ -59,6 +61,23 @@ async def _migrate() -> None:
         await db.migrate()
     finally:
         await db.dispose()
+
+
+def _check_database_url(url: str) -> None:
+    """Refuse a URL that is not SQLite or PostgreSQL, naming it."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError:
+        backend = None
+    if backend not in ("sqlite", "postgresql"):
+        raise cli.CliError(
+            f"database URL {url!r} is not a SQLite or PostgreSQL URL",
+            "use sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER:PASSWORD@HOST/DB",
+            2,
+        )
 
 
 def _check_sqlite_path(url: str) -> None:
@@ -94,6 +113,7 @@ def _main(argv: list[str]) -> int:
     from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
 
     settings = ZeusBsoSettings()  # bad settings fail here, in one line, before binding
+    _check_database_url(settings.database_url)
     if settings.is_sqlite:
         _check_sqlite_path(settings.database_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -29,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument(
+        "--host", type=cli.host, default="127.0.0.1", help="address to bind (default loopback)"
+    )
     p.add_argument("--port", type=cli.port, default=7787, help="port (default 7787)")
     return p
 
