@@ -89,6 +89,36 @@ def positive_float(value: str) -> float:
     return x
 
 
+def server_parser(
+    prog: str,
+    description: str,
+    settings: Callable[[], type],
+    prefix: str,
+    extra: str,
+    default_port: int,
+) -> Parser:
+    """The parser of a server's console script, with `--host` and `--port` checked.
+
+    Its epilog lists the settings class's environment variables. `settings` imports the pydantic-settings class; without the server's extra the epilog says
+    which extra to install instead.
+    """
+    try:
+        epilog = settings_help(settings(), prefix)
+    except ModuleNotFoundError:
+        epilog = f"settings: install the {extra!r} extra to list them"
+    p = Parser(
+        prog=prog,
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--host", type=host, default="127.0.0.1", help="address to bind (default 127.0.0.1)"
+    )
+    p.add_argument("--port", type=port, default=default_port, help=f"port (default {default_port})")
+    return p
+
+
 def settings_help(settings: type, prefix: str) -> str:
     """`--help` epilog listing a pydantic-settings class's environment variables and defaults."""
     fields = getattr(settings, "model_fields", {})

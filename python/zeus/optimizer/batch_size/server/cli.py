@@ -23,26 +23,17 @@ APP_FACTORY = "zeus.optimizer.batch_size.server.app:create_app"
 PROG = "zeus-bso-server"
 
 
-def _settings_help() -> str:
-    try:
-        from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
-    except ModuleNotFoundError:
-        return "settings: install the 'bso-server' extra to list them"
-    return cli.settings_help(ZeusBsoSettings, "ZEUS_BSO_")
+def _settings() -> type:
+    from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
+
+    return ZeusBsoSettings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = cli.Parser(
-        prog=PROG,
-        description="Zeus batch size optimizer server",
-        epilog=_settings_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = cli.server_parser(
+        PROG, "Zeus batch size optimizer server", _settings, "ZEUS_BSO_", "bso-server", 8000
     )
     p.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
-    p.add_argument(
-        "--host", type=cli.host, default="127.0.0.1", help="address to bind (default 127.0.0.1)"
-    )
-    p.add_argument("--port", type=cli.port, default=8000, help="port to bind (default 8000)")
     p.add_argument(
         "--database-url", default=None, help="async SQLAlchemy URL (ZEUS_BSO_DATABASE_URL)"
     )

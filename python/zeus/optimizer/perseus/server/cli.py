@@ -14,26 +14,16 @@ from zeus.util import cli
 PROG = "zeus-perseus-server"
 
 
-def _settings_help() -> str:
-    try:
-        from zeus.optimizer.perseus.common import PerseusSettings
-    except ModuleNotFoundError:
-        return "settings: install the 'perseus' extra to list them"
-    return cli.settings_help(PerseusSettings, "PERSEUS_")
+def _settings() -> type:
+    from zeus.optimizer.perseus.common import PerseusSettings
+
+    return PerseusSettings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = cli.Parser(
-        prog=PROG,
-        description="Perseus frequency-plan server.",
-        epilog=_settings_help(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    return cli.server_parser(
+        PROG, "Perseus frequency-plan server.", _settings, "PERSEUS_", "perseus", 7787
     )
-    p.add_argument(
-        "--host", type=cli.host, default="127.0.0.1", help="address to bind (default loopback)"
-    )
-    p.add_argument("--port", type=cli.port, default=7787, help="port (default 7787)")
-    return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
