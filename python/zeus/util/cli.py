@@ -99,8 +99,8 @@ def server_parser(
 ) -> Parser:
     """The parser of a server's console script, with `--host` and `--port` checked.
 
-    Its epilog lists the settings class's environment variables. `settings` imports the pydantic-settings class; without the server's extra the epilog says
-    which extra to install instead.
+    Its epilog lists the settings class's environment variables. `settings` imports the
+    pydantic-settings class; without the server's extra the epilog says which extra to install.
     """
     try:
         epilog = settings_help(settings(), prefix)
