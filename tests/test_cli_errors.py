@@ -10,6 +10,10 @@ import pytest
 
 NO_NVML = {"ZEUS_NVML_LIB": "/nonexistent/libnvidia-ml.so.1"}
 SIM = {"ZEUS_GPU_BACKEND": "sim", "ZEUS_SIM_FIDELITY": "ideal"}
+PERSEUS_WITHOUT_UVICORN = (
+    "import sys; sys.modules['uvicorn'] = None; "
+    "from zeus.optimizer.perseus.server.cli import main; sys.exit(main(['--port', '18127']))"
+)
 WITHOUT_UVICORN = (
     "import sys; sys.modules['uvicorn'] = None; "
     "from zeus.optimizer.batch_size.server.cli import main; sys.exit(main(['--port', '18123']))"
@@ -71,6 +75,12 @@ CASES = {
         {},
         2,
         "256.1.1.1",
+    ),
+    "perseus without its extra": (
+        ["-c", PERSEUS_WITHOUT_UVICORN],
+        {},
+        1,
+        "'uvicorn' is not installed",
     ),
     "perseus port": (["-m", "zeus.optimizer.perseus.server.cli", "--port", "0"], {}, 2, "got 0"),
     "perseus bad settings": (
@@ -139,6 +149,8 @@ def test_expected_errors_are_one_line_and_a_hint(case: str):
     assert ": hint: " in lines[1], lines
     if case == "bso without its extra":
         assert "pip install 'zeus-energy[bso-server]'" in lines[1]
+    if case == "perseus without its extra":
+        assert "pip install 'zeus-energy[perseus]'" in lines[1]
 
 
 def test_debug_shows_the_traceback():

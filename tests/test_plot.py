@@ -41,6 +41,7 @@ def logs(tmp_path_factory) -> dict[str, Path]:
             ("monitor power csv", "pm.csv"),
             ("monitor power json", "pm.jsonl"),
             ("ZeusMonitor log", "windows.csv"),
+            ("PowerMonitor dump", "timelines.json"),
         )
     }
     binary = REPO / "python" / "zeus" / "_bin" / "zeus-monitor"
@@ -93,6 +94,14 @@ def logs(tmp_path_factory) -> dict[str, Path]:
         "    m.end_window(f'w{k}', sync_cuda=False)\n"
     )
     subprocess.run([sys.executable, "-c", code], env=env(), check=True)
+    dump = (
+        "import json, time\n"
+        "from zeus.monitor import PowerMonitor\n"
+        "with PowerMonitor(update_period=0.02) as pm:\n"
+        "    time.sleep(0.3)\n"
+        f"json.dump(pm.get_all_power_timelines(), open({str(out['PowerMonitor dump'])!r}, 'w'))\n"
+    )
+    subprocess.run([sys.executable, "-c", dump], env=env(), check=True)
     return out
 
 
@@ -104,6 +113,7 @@ def logs(tmp_path_factory) -> dict[str, Path]:
         "monitor power csv",
         "monitor power json",
         "ZeusMonitor log",
+        "PowerMonitor dump",
     ],
 )
 def test_each_format_plots_one_line_per_gpu(logs, kind, tmp_path, sim_gpus):

@@ -170,6 +170,8 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
 
     - `zeus-monitor` CSV (`Time,Power` or `Time,Power0,Power1,...`, mW) and JSON lines;
     - `python -m zeus.monitor power --format csv|json` (`time,gpu0_w,...`; `{"time", "power_w"}`);
+    - a `PowerMonitor` timeline dump: `json.dump(pm.get_all_power_timelines(), f)` (its first
+      domain is plotted) or `json.dump(pm.get_power_timeline(), f)`;
     - a `ZeusMonitor` log file (`start_time,window_name,elapsed_time,gpu0_energy,...`), as the
       average power of each window.
 
@@ -183,6 +185,16 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
         rest = f.read()
     if not first.strip():
         raise ValueError(f"{name!r} is empty")
+    if first.lstrip().startswith("{") and not rest.strip():
+        dump = json.loads(first)
+        if dump and all(isinstance(v, dict) for v in dump.values()):
+            dump = next(iter(dump.values()))  # {domain: {gpu: [[t, W], ...]}}: the first domain
+        if dump and all(isinstance(v, list) for v in dump.values()):  # {gpu: [[t, W], ...]}
+            gpus = sorted(dump, key=int)
+            series = PowerSeries(times=[float(t) for t, _ in dump[gpus[0]]])
+            for g in gpus:
+                series.watts[int(g)] = [float(w) for _, w in dump[g]]
+            return series
     if first.lstrip().startswith("{"):
         series = PowerSeries(times=[])
         for line in [first, *rest.splitlines()]:
