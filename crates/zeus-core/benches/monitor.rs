@@ -25,6 +25,7 @@ fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
         workload: None,
         fidelity,
         load: Load::Busy,
+        energy_read_cost_s: None,
     });
     let all: Vec<Arc<dyn Gpu>> = cluster
         .devices()

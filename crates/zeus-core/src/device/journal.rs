@@ -629,6 +629,7 @@ mod tests {
             workload: None,
             fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
+            energy_read_cost_s: None,
         });
         let clock: Arc<dyn Clock> = cluster.clock();
         let all: Vec<Arc<dyn Gpu>> = cluster

@@ -519,6 +519,7 @@ pub(crate) mod tests {
             workload: None,
             fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
+            energy_read_cost_s: None,
         }));
         let all: Vec<Arc<dyn Gpu>> = c
             .devices()

@@ -14,6 +14,8 @@
 //!   (`power_limit,time_per_epoch,average_power`), for every GPU.
 //! - `ZEUS_SIM_LOAD`: `idle` (default) or `busy`, the load every GPU starts with.
 //! - `ZEUS_SIM_FIDELITY`: `real` (default) or `ideal`, see [`Fidelity`].
+//! - `ZEUS_SIM_ENERGY_READ_MS`: the CPU cost of an energy read at real fidelity, for every GPU
+//!   (default: the preset's; the H100 measured 3.5-6 ms).
 //!
 //! Energy is the exact integral of the modelled power over time; the state is integrated lazily
 //! whenever it is read or changed. What a reading *returns* depends on the fidelity: with `real`,
@@ -184,6 +186,9 @@ pub struct SimGpu {
     privileged: bool,
     clock: Arc<SimClock>,
     fidelity: Fidelity,
+    /// Real fidelity: busy CPU one energy-counter read costs, s (the preset's, unless
+    /// `ZEUS_SIM_ENERGY_READ_MS` says otherwise).
+    energy_read_cost_s: f64,
     /// Real fidelity: where in its update period this device's driver publishes (s), so that
     /// several GPUs do not tick in lockstep.
     tick_phase: f64,
@@ -360,6 +365,7 @@ impl SimGpu {
             privileged,
             clock,
             fidelity,
+            energy_read_cost_s: preset.energy_read_cost_s,
             tick_phase: (unit_noise(index as u64 ^ 0x7e1c_0000) + 1.0) / 2.0
                 * preset.power_update_period_s,
             state: Mutex::new(state),
@@ -665,7 +671,7 @@ impl Gpu for SimGpu {
                 "nvmlDeviceGetTotalEnergyConsumption: Not Supported (pre-Volta GPU)".into(),
             ));
         }
-        self.pay(self.preset.energy_read_cost_s);
+        self.pay(self.energy_read_cost_s);
         if self.real() {
             // The energy at the last update, published `counter_delay_s` after it.
             let now = self.clock.now();
@@ -719,6 +725,8 @@ pub struct SimConfig {
     pub workload: Option<Workload>,
     pub load: Load,
     pub fidelity: Fidelity,
+    /// Real fidelity: the CPU cost of an energy read, s, for every GPU (`None`: each preset's).
+    pub energy_read_cost_s: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -732,6 +740,7 @@ impl Default for SimConfig {
             workload: None,
             load: Load::Idle,
             fidelity: Fidelity::Real,
+            energy_read_cost_s: None,
         }
     }
 }
@@ -790,6 +799,17 @@ impl SimConfig {
             _ => None,
         };
         let ideal = env_flag("ZEUS_SIM_FIDELITY", false, &["ideal"], &["real"])?;
+        let energy_read_cost_s = match std::env::var("ZEUS_SIM_ENERGY_READ_MS") {
+            Ok(v) if !v.trim().is_empty() => match v.trim().parse::<f64>() {
+                Ok(ms) if ms.is_finite() && (0.0..=1000.0).contains(&ms) => Some(ms / 1000.0),
+                _ => {
+                    return Err(GpuError::Init(format!(
+                        "ZEUS_SIM_ENERGY_READ_MS={v:?} is not valid: milliseconds from 0 to 1000"
+                    )))
+                }
+            },
+            _ => None,
+        };
         Ok(SimConfig {
             presets,
             virtual_clock,
@@ -801,6 +821,7 @@ impl SimConfig {
             } else {
                 Fidelity::Real
             },
+            energy_read_cost_s,
         })
     }
 }
@@ -824,7 +845,7 @@ impl SimCluster {
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                Arc::new(SimGpu::new(
+                let mut g = SimGpu::new(
                     i,
                     p,
                     clock.clone(),
@@ -832,7 +853,11 @@ impl SimCluster {
                     config.workload.as_ref(),
                     config.load,
                     config.fidelity,
-                ))
+                );
+                if let Some(cost) = config.energy_read_cost_s {
+                    g.energy_read_cost_s = cost;
+                }
+                Arc::new(g)
             })
             .collect();
         SimCluster { clock, devices }
