@@ -4,8 +4,9 @@ The simulated H100 behaves as the measured one (`ZEUS_SIM_FIDELITY=real`): an en
 spins 3.5 ms of CPU, readings change every 100 ms. Two figures, each in a fresh process:
 
 1. `sampler`: the CPU the energy sampler thread uses, as a share of one core, with 1 and 8 GPUs
-   and energy reads costing 3.5 and 6 ms (`ZEUS_SIM_ENERGY_READ_MS`; targets: <= 5% and <= 10%). The main thread sleeps while a `ZeusMonitor(reads="cached")`
-   keeps the sampler running, so the process's CPU time is the sampler's.
+   and energy reads costing 3.5 and 6 ms (`ZEUS_SIM_ENERGY_READ_MS`; targets: <= 5% and
+   <= 10%). The main thread sleeps while a `ZeusMonitor(reads="cached")` keeps the sampler
+   running, so the process's CPU time is the sampler's.
 2. `steps`: a loop of 50 ms training steps (the GPU busy for 50 ms, the host waiting as it
    does on a CUDA sync), timed without windows, with a window around each step read through
    the sampler, and with direct reads; and with `--reference PYTHON`, zeus-ml 0.8.2 through
