@@ -90,6 +90,12 @@ def test_register_job_returns_generated_id_and_validates(tmp_path):
         assert c.post("/register_job", json=job(2, job_metadata="llama")).json() != jid
         bad = c.post("/register_job", json=dict(job(2), world_size=3))
         assert bad.status_code == 422 and "world_size" in bad.text
+        # Metadata names the dump directory: too long, or not path-safe, is refused.
+        for metadata in ("x" * 300, "../etc", "a/b", "", "run 1"):
+            bad = c.post("/register_job", json=job(2, job_metadata=metadata))
+            assert bad.status_code == 422 and "job_metadata" in bad.text, metadata
+        ok = c.post("/register_job", json=job(2, job_metadata="run-42.v2_a=b")).json()
+        assert ok.endswith("+run-42.v2_a=b")
         assert c.post("/register_job", json=dict(job(2), job_id="mine")).status_code == 422
         assert c.post("/register_job", json=dict(job(2), pp_degree=0)).status_code == 422
 

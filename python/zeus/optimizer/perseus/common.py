@@ -115,7 +115,12 @@ class JobInfo(BaseModel):
     dp_degree: int = Field(ge=1)
     tp_degree: int = Field(ge=1)
     world_size: int = Field(ge=1)
-    job_metadata: Optional[str] = None
+    # Part of the job id, which names the job's dump directory: a path-safe name, not a path
+    # (a 300-character name made the directory name too long and answered 500; a '/' would
+    # have nested it).
+    job_metadata: Optional[str] = Field(
+        default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._=-]+$"
+    )
     # Microbatches per iteration, when the client knows it; schedulers that are not given
     # `num_microbatches` in their arguments use this (not in the reference).
     num_microbatches: Optional[int] = Field(default=None, ge=1)
