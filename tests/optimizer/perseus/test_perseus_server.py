@@ -177,6 +177,24 @@ def test_results_rounds_and_dumps_with_profiler(tmp_path):
         assert "0,0,0,0,0,forward,900,0.6666666666666666,4.0" in rows
 
 
+def test_a_retried_schedule_request_gets_the_same_round(tmp_path):
+    """A client retrying after a lost answer must not move its rank to the next round."""
+    args = {"num_microbatches": 2, "frequencies": [1740, 900], "warmup_iters": 0}
+    with make_client(tmp_path, "InstructionProfiler", scheduler_args=args) as c:
+        jid = register(c)
+        first = get_all(c, jid, range(2))
+        # Rank 0 asks again (its answer was lost): round 0 again, at once.
+        again = c.get(f"/schedule/{jid}", params={"rank": 0})
+        assert again.status_code == 200 and again.json() == first[0].json()
+        assert again.json()["frequencies"][0][1] == 1740
+        for r in range(2):
+            assert c.post(f"/result/{jid}", json=result(r, 1.0, 30.0)).status_code == 200
+        # A retried report counts once.
+        assert c.post(f"/result/{jid}", json=result(1, 1.0, 30.0)).status_code == 409
+        second = get_all(c, jid, range(2))
+        assert {s.json()["frequencies"][0][1] for s in second.values()} == {900}
+
+
 def test_scheduler_value_error_is_400_for_every_rank(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps([[["forward", 1740], ["backward", 1740]]]))  # one rank only

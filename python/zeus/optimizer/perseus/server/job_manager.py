@@ -61,8 +61,12 @@ class _Job:
     scheduler: Optional[FrequencyScheduler] = None
     error: Optional[PerseusError] = None
     last_active: float = field(default_factory=time.monotonic)
-    # Round each rank will ask for next / has been served last.
+    # The round each rank is in: what its schedule requests get, until it reports a result for
+    # it. So a request retried after a lost answer gets the same round again instead of
+    # moving the rank on (which desynchronised the ranks and hung them).
     next_round: dict[int, int] = field(default_factory=dict)
+    # The last round each rank was answered (a result for a round not yet answered is refused).
+    answered: dict[int, int] = field(default_factory=dict)
     # round -> ranks that asked; round -> future of the schedules.
     requests: dict[int, set[int]] = field(default_factory=dict)
     schedules: dict[int, asyncio.Future] = field(default_factory=dict)
@@ -234,6 +238,8 @@ class JobManager:
     async def get_frequency_schedule(self, job_id: str, rank: int) -> FrequencySchedule:
         """Wait until every rank asked for this round, then return `rank`'s schedule.
 
+        Idempotent until the rank reports: asking again (a retry) returns the same round.
+
         Raises:
             PerseusError: unknown job (404), rank out of range or not registered (400),
                 scheduler failure (400 for `ValueError`, else 500).
@@ -244,7 +250,6 @@ class JobManager:
         if rank not in job.ranks:
             raise PerseusError(400, f"rank {rank} of job {job_id!r} is not registered")
         n = job.next_round[rank]
-        job.next_round[rank] = n + 1
         job.requests.setdefault(n, set()).add(rank)
         fut = job.schedules.get(n)
         if fut is None:
@@ -252,10 +257,11 @@ class JobManager:
         self._maybe_schedule(job)
         # shield: a client that disconnects must not cancel the round for the others.
         by_rank = await asyncio.shield(fut)
+        job.answered[rank] = max(job.answered.get(rank, -1), n)
         return by_rank[rank]
 
     async def report_profiling_result(self, job_id: str, result: ProfilingResult) -> None:
-        """Store a rank's result for the round it last received.
+        """Store a rank's result for the round it is in, and move it to the next round.
 
         The last result of a round triggers the dump and the scheduler's `observe`.
 
@@ -266,15 +272,18 @@ class JobManager:
         """
         job = self._job(job_id)
         self._check_rank(job, result.rank)
-        n = job.next_round.get(result.rank, 0) - 1
-        if n < 0:
+        n = job.next_round.get(result.rank, 0)
+        answered = job.answered.get(result.rank, -1)
+        if answered < 0:
             raise PerseusError(400, f"rank {result.rank} reported before receiving a schedule")
-        if n <= job.observed or result.rank in job.results.get(n, {}):
+        if answered < n:
+            # Its round n was not answered yet: this repeats the result for round n - 1.
             raise PerseusError(
-                409, f"rank {result.rank} already reported a result for schedule {n}"
+                409, f"rank {result.rank} already reported a result for schedule {n - 1}"
             )
         round_results = job.results.setdefault(n, {})
         round_results[result.rank] = result
+        job.next_round[result.rank] = n + 1
         if len(round_results) < job.info.world_size or job.observed != n - 1:
             return
         results = [round_results[r] for r in sorted(round_results)]
