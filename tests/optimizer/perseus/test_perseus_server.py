@@ -289,3 +289,55 @@ def test_console_entry_serves_on_loopback(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_sigterm_with_a_pending_schedule_request_answers_503_and_exits(tmp_path):
+    """Rank 0 waits for rank 1, which never asks: SIGTERM still ends the server at once."""
+    import os
+    import signal
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "PERSEUS_LOG_LEVEL": "WARNING",
+        "PERSEUS_DUMP_DIR": str(tmp_path),
+        "PERSEUS_SCHEDULER_ARGS": '{"num_microbatches": 1}',
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zeus.optimizer.perseus.server.cli", "--port", str(port)],
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                jid = httpx.post(f"{base}/register_job", json=job(2)).json()
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        for r in range(2):
+            assert httpx.post(f"{base}/register_rank/{jid}", json=rank(r)).status_code == 200
+        pending: dict[str, httpx.Response] = {}
+        waiter = threading.Thread(
+            target=lambda: pending.setdefault(
+                "r", httpx.get(f"{base}/schedule/{jid}", params={"rank": 0}, timeout=30)
+            )
+        )
+        waiter.start()
+        time.sleep(0.5)
+        assert not pending, "rank 0 waits for rank 1"
+        t = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        took = time.monotonic() - t
+        waiter.join(timeout=10)
+        assert pending["r"].status_code == 503 and "shutting down" in pending["r"].text
+        assert took < 5, f"exited {took:.1f} s after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -12,6 +12,8 @@ from typing import Optional, Sequence
 from zeus.util import cli
 
 PROG = "zeus-perseus-server"
+# Seconds a stopping server waits for open requests after answering the pending ones 503.
+GRACE_S = 3
 
 
 def _settings() -> type:
@@ -39,12 +41,29 @@ def _main(argv: list[str]) -> int:
     from zeus.optimizer.perseus.server.router import create_app
 
     settings = PerseusSettings()  # fail fast on bad settings, before binding the port
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_level=settings.log_level.lower(),
+    app = create_app(settings)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=settings.log_level.lower(),
+            timeout_graceful_shutdown=GRACE_S,
+        )
     )
+    exit_server = server.handle_exit
+
+    def handle_exit(sig: int, frame: object) -> None:
+        # Schedule requests wait for every rank of their job: answer them 503 first, or the
+        # graceful shutdown would wait for ranks that may never come.
+        loop = getattr(app.state, "loop", None)
+        manager = getattr(app.state, "job_manager", None)
+        if loop is not None and manager is not None:
+            loop.call_soon_threadsafe(manager.fail_pending)
+        exit_server(sig, frame)  # type: ignore[arg-type]
+
+    server.handle_exit = handle_exit  # type: ignore[method-assign]
+    server.run()
     return 0
 
 

@@ -90,6 +90,7 @@ class JobManager:
         self.jobs: dict[str, _Job] = {}
         self._cleanup_task: Optional[asyncio.Task] = None
         self._counter = 0
+        self._closing = False
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -97,6 +98,19 @@ class JobManager:
         """Launch the periodic sweep for idle jobs (needs a running event loop)."""
         if self._cleanup_task is None:
             self._cleanup_task = asyncio.get_running_loop().create_task(self._cleanup_loop())
+
+    def fail_pending(self) -> None:
+        """The server is going down: answer every waiting schedule request with 503, now.
+
+        A request waits for the other ranks of its job, which may never come; without this a
+        SIGTERM waited on them forever.
+        """
+        self._closing = True
+        error = PerseusError(503, "the Perseus server is shutting down")
+        for job in self.jobs.values():
+            for fut in job.schedules.values():
+                if not fut.done():
+                    fut.set_exception(error)
 
     async def stop(self) -> None:
         """Stop the sweeper."""
@@ -249,6 +263,8 @@ class JobManager:
         self._check_rank(job, rank)
         if rank not in job.ranks:
             raise PerseusError(400, f"rank {rank} of job {job_id!r} is not registered")
+        if self._closing:
+            raise PerseusError(503, "the Perseus server is shutting down")
         n = job.next_round[rank]
         job.requests.setdefault(n, set()).add(rank)
         fut = job.schedules.get(n)

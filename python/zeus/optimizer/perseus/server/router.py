@@ -7,6 +7,7 @@ environment variables (`PerseusSettings`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional
@@ -46,6 +47,8 @@ def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
         manager = init_global_job_manager(s)
         manager.start()
         app.state.job_manager = manager
+        # For the console script's SIGTERM hook (cli.py), which runs outside the loop.
+        app.state.loop = asyncio.get_running_loop()
         try:
             yield
         finally:
