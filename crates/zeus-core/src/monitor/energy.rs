@@ -960,8 +960,10 @@ mod tests {
             let truth = dev.true_energy_j() - e0;
             let got = m.end_window_with("w", false, None, exact).unwrap();
             let got = got.measurement.energy[0].1;
+            // Real clock on a shared machine: this checks the cache path is taken for both
+            // edges; the accuracy bound (3%) is the virtual-clock property test in sampler.rs.
             assert!(
-                (got - truth).abs() < 0.03 * truth,
+                (got - truth).abs() < 0.10 * truth,
                 "exact={exact}: {got} vs {truth}"
             );
         }

@@ -227,10 +227,16 @@ impl Track {
             // before it, and a counter anchor attributed to it would be up to a period off.
             None => {}
             Some(v) if v != milliwatts => {
-                // The change happened between the previous poll and this one.
-                let from = self.last_poll.max(t - 2.0 * POLL_STEP);
+                // The change happened between the previous poll and this one. When this
+                // thread was held up (a loaded machine) that span is long; then, once the phase
+                // is known, the expected update time inside it is the better estimate.
+                let gap = t - self.last_poll;
+                let expected = self
+                    .expected_tick()
+                    .filter(|&e| gap > 2.0 * POLL_STEP && e > self.last_poll && e <= t);
+                let at = expected.unwrap_or((self.last_poll.max(t - 2.0 * POLL_STEP) + t) / 2.0);
                 let tick = Tick {
-                    t: (from + t) / 2.0,
+                    t: at,
                     watts,
                     seen: true,
                 };
