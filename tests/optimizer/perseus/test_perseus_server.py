@@ -260,41 +260,10 @@ def test_settings_from_environment(monkeypatch):
         PerseusSettings()
 
 
-def test_console_entry_serves_on_loopback(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        "PERSEUS_SCHEDULER": "AllMaxFrequency",
-        "PERSEUS_SCHEDULER_ARGS": '{"num_microbatches": 1}',
-        "PERSEUS_LOG_LEVEL": "WARNING",
-        "PERSEUS_DUMP_DIR": str(tmp_path),
-    }
+def start_server(tmp_path: Path) -> tuple[subprocess.Popen, str, str]:
+    """Run the console script on a free loopback port; returns the process, its base URL and
+    the id of a 2-rank job registered once it answers."""
     import os
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zeus.optimizer.perseus.server.cli", "--port", str(port)],
-        env={**os.environ, **env},
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                r = httpx.post(f"http://127.0.0.1:{port}/register_job", json=job(1))
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
-        assert r.status_code == 200 and "AllMaxFrequency" in r.json()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
-def test_sigterm_with_a_pending_schedule_request_answers_503_and_exits(tmp_path):
-    """Rank 0 waits for rank 1, which never asks: SIGTERM still ends the server at once."""
-    import os
-    import signal
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -310,15 +279,35 @@ def test_sigterm_with_a_pending_schedule_request_answers_503_and_exits(tmp_path)
         env=env,
     )
     base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            r = httpx.post(f"{base}/register_job", json=job(2))
+            break
+        except httpx.ConnectError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.1)
+    assert r.status_code == 200, r.text
+    return proc, base, r.json()
+
+
+def test_console_entry_serves_on_loopback(tmp_path):
+    proc, _, jid = start_server(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                jid = httpx.post(f"{base}/register_job", json=job(2)).json()
-                break
-            except httpx.ConnectError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        assert "AllMaxFrequency" in jid  # the default scheduler
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_sigterm_with_a_pending_schedule_request_answers_503_and_exits(tmp_path):
+    """Rank 0 waits for rank 1, which never asks: SIGTERM still ends the server at once."""
+    import signal
+
+    proc, base, jid = start_server(tmp_path)
+    try:
         for r in range(2):
             assert httpx.post(f"{base}/register_rank/{jid}", json=rank(r)).status_code == 200
         pending: dict[str, httpx.Response] = {}
