@@ -38,16 +38,12 @@ __all__ = [
     "ZeusMonitor",
     "TemperatureMonitor",
     "PowerLimitSelector",
+    "SettingsGuard",
     "journal_dir",
-    "journal_record",
-    "journal_record_clocks",
-    "journal_get",
-    "journal_get_clocks",
     "journal_entries",
-    "journal_clear",
-    "journal_clear_clocks",
+    "journal_unreadable",
     "journal_restore",
-    "process_alive",
+    "restore_all_settings",
     "PerseusFrontier",
     "perseus_pipeline_1f1b",
     "perseus_makespan",
@@ -274,31 +270,41 @@ class PowerLimitSelector:
     def max_slowdown(factor: float) -> PowerLimitSelector: ...
     def select(self, measurements: list[tuple[int, float, float]]) -> int: ...
 
-# A journal entry, by "kind":
-#   "power_limit": {"kind", "uuid": str, "power_limit_mw": int, "pid": int,
-#                   "created": int (epoch s)}
-#   "clocks": {"kind", "uuid": str, "gpu_clocks": bool, "memory_clocks": bool, "pid", "created"}
-# journal_restore's restored dicts: {"index", "uuid", "kind", "pid"} plus the kind's fields;
-# its failed dicts: {"index", "uuid": str | None, "kind": str | None, "error": Exception}.
-# Plain dicts rather than TypedDicts: callers build stand-in entries with fewer keys.
+# ---- device settings (src/python/device/settings.rs) ----------------------------------------
+
+# A journal entry: {"uuid": str, "kind": "power_limit" | "clocks", "power_limit_mw": int (power
+# limits) or "gpu_clocks"/"memory_clocks": bool (clocks), "holders": [{"pid": int,
+# "start_time": int | None, "boot_id": str | None, "alive": bool}], "pid": int | None (first
+# holder), "created": int (epoch s)}.
+# journal_restore's restored dicts: {"index", "uuid", "kind", the kind's fields,
+# "original_known": bool, "pids": list[int], "description": str}; its failed dicts: {"index",
+# "uuid": str | None, "kind": str | None, "error": Exception, "description": str}.
 _JournalEntry: TypeAlias = dict[str, Any]
 
+@final
+class SettingsGuard:
+    def __new__(
+        cls, gpus: GPUs, journal_dir: _StrPath | None = None, owner_pid: int | None = None
+    ) -> Self: ...
+    @property
+    def journal_dir(self) -> pathlib.Path: ...
+    @property
+    def active(self) -> bool: ...
+    def original_power_limit(self, gpu_index: int) -> int | None: ...
+    def set_power_limit(self, gpu_index: int, power_limit_mw: int) -> None: ...
+    def lock_gpu_clocks(self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int) -> None: ...
+    def lock_memory_clocks(
+        self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int
+    ) -> None: ...
+    def restore(self) -> list[str]: ...
+
 def journal_dir() -> pathlib.Path: ...
-def journal_record(
-    uuid: str, power_limit_mw: int, dir: _StrPath | None = None
-) -> _JournalEntry: ...
-def journal_record_clocks(
-    uuid: str, gpu_clocks: bool, memory_clocks: bool, dir: _StrPath | None = None
-) -> _JournalEntry: ...
-def journal_get(uuid: str, dir: _StrPath | None = None) -> _JournalEntry | None: ...
-def journal_get_clocks(uuid: str, dir: _StrPath | None = None) -> _JournalEntry | None: ...
 def journal_entries(dir: _StrPath | None = None) -> list[_JournalEntry]: ...
-def journal_clear(uuid: str, dir: _StrPath | None = None) -> bool: ...
-def journal_clear_clocks(uuid: str, dir: _StrPath | None = None) -> bool: ...
-def process_alive(pid: int) -> bool: ...
+def journal_unreadable(dir: _StrPath | None = None) -> list[dict[str, Any]]: ...
 def journal_restore(
     gpus: GPUs, include_live: bool = False, dir: _StrPath | None = None
-) -> tuple[list[_JournalEntry], list[dict[str, Any]]]: ...
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]: ...
+def restore_all_settings() -> list[BaseException]: ...
 
 # ---- perseus (src/python/perseus.rs) -------------------------------------------------------
 

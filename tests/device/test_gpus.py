@@ -116,6 +116,24 @@ def test_unprivileged_setters_raise_no_permission(sim_gpus):
     assert gpus.get_power_management_limit(0) == 300_000
 
 
+def test_block_false_dispatches_and_returns_but_still_checks_the_index(sim_gpus):
+    import time
+
+    gpus = sim_gpus("A40")
+    gpus.set_power_management_limit(0, 200_000, block=False)
+    gpus.set_gpu_locked_clocks(0, 900, 900, block=False)
+    deadline = time.monotonic() + 5
+    while gpus.get_power_management_limit(0) != 200_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gpus.get_power_management_limit(0) == 200_000
+    # Errors of the call itself are not reported without `block`, like zeusd's dispatch ...
+    gpus.set_power_management_limit(0, 1, block=False)
+    # ... but a GPU that does not exist is refused before anything is dispatched.
+    with pytest.raises(ZeusGPUInvalidArgError, match="index 3"):
+        gpus.set_power_management_limit(3, 200_000, block=False)
+    gpus.reset_gpu_locked_clocks(0)
+
+
 def test_index_out_of_range(sim_gpus):
     gpus = sim_gpus("A40")
     with pytest.raises(ZeusGPUInvalidArgError, match="index 3"):

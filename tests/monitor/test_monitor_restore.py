@@ -3,29 +3,33 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from journal_files import entry_path, gone_pid, write_entry
 from zeus import _core
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A zeus process that journals GPU 0's power limit and clock locks (and, with an argument, an
-# impossible power limit for GPU 1), then dies without restoring anything.
+# A zeus process that changes GPU 0's power limit (250 W before it) and clock locks, then is
+# killed with SIGKILL, leaving its journal entries behind.
 CHILD = textwrap.dedent(
     """
-    import os, sys
-    from zeus import _core
+    import os, signal
     from zeus.device import get_gpus
+    from zeus.device.settings import SettingsGuard
     gpus = get_gpus()
-    _core.journal_record(gpus.get_uuid(0), 250_000)
-    _core.journal_record_clocks(gpus.get_uuid(0), True, True)
-    if len(sys.argv) > 1:
-        _core.journal_record(gpus.get_uuid(1), 5_000)
+    gpus.set_power_management_limit(0, 250_000)
+    guard = SettingsGuard(gpus)
+    guard.set_power_limit(0, 200_000)
+    guard.lock_memory_clocks(0, 5001, 5001)
+    guard.lock_gpu_clocks(0, 900, 900)
     print(os.getpid(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
@@ -55,11 +59,11 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def dead_process_journals(env: dict[str, str], *args: str) -> int:
+def dead_process_journals(env: dict[str, str]) -> int:
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=60
     )
-    assert child.returncode == 0, child.stderr
+    assert child.returncode == -signal.SIGKILL, child.stderr
     return int(child.stdout)
 
 
@@ -85,20 +89,20 @@ def test_restore_undoes_every_kind_and_prints_one_line_per_gpu(
     state = Path(env["ZEUS_STATE_DIR"])
     assert {e["kind"] for e in _core.journal_entries(state)} == {"power_limit", "clocks"}
     # An entry of a process that still runs (this one) is left alone.
-    _core.journal_record_clocks(uuid(env, 1), True, False, state)
+    write_entry(state, uuid(env, 1), pid=os.getpid(), gpu_clocks=True)
 
     proc = subprocess.run(
         [restore_bin, "--restore"], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        f"GPU 0 ({uuid(env, 0)}): restored power limit 250000 mW (journaled by process {pid}); "
-        f"unlocked GPU and memory clocks (journaled by process {pid})"
+        f"GPU 0 ({uuid(env, 0)}): restored power limit 250000 mW (journaled by process {pid})",
+        f"GPU 0 ({uuid(env, 0)}): unlocked GPU and memory clocks (journaled by process {pid})",
     ]
     [left] = _core.journal_entries(state)
     assert (left["uuid"], left["pid"]) == (uuid(env, 1), os.getpid())
 
-    _core.journal_clear_clocks(uuid(env, 1), state)
+    entry_path(state, "clocks", uuid(env, 1)).unlink()
     again = subprocess.run(
         [restore_bin, "--restore"], env=env, capture_output=True, text=True, timeout=60
     )
@@ -109,13 +113,17 @@ def test_restore_undoes_every_kind_and_prints_one_line_per_gpu(
 def test_a_failing_gpu_does_not_stop_the_others_and_exits_1(
     restore_bin: Path, env: dict[str, str]
 ) -> None:
-    dead_process_journals(env, "with-bad-gpu-1")
+    dead_process_journals(env)
     state = Path(env["ZEUS_STATE_DIR"])
+    # An impossible original for GPU 1 (what a corrupted driver state could leave): its restore
+    # fails, GPU 0's still happens.
+    write_entry(state, uuid(env, 1), pid=gone_pid(), power_limit_mw=5_000)
     proc = subprocess.run(
         [restore_bin, "--restore"], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 1
-    assert proc.stdout.startswith("GPU 0 (") and len(proc.stdout.splitlines()) == 1
+    assert all(line.startswith("GPU 0 (") for line in proc.stdout.splitlines())
+    assert len(proc.stdout.splitlines()) == 2
     assert "GPU 1" in proc.stderr and "cannot restore power limit" in proc.stderr
     [left] = _core.journal_entries(state)
     assert (left["kind"], left["uuid"], left["power_limit_mw"]) == (

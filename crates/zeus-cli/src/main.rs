@@ -9,8 +9,8 @@
 //!
 //! `zeus-monitor --restore` instead undoes what zeus processes that died without cleaning up
 //! (e.g. killed with SIGKILL) left on the GPUs, from the journal of
-//! `zeus_core::device::journal`: original power limits are set back and locked GPU/memory clocks
-//! reset. It prints one line per GPU restored, and exits 0 (1 if some entry could not be
+//! `zeus_core::device::settings`: original power limits are set back and locked GPU/memory clocks
+//! reset. It prints one line per setting restored, and exits 0 (1 if some entry could not be
 //! restored; it stays journaled). Entries of processes that still run are left alone.
 //!
 //! GPUs come from `zeus_core::device::Gpus::from_env()`: real NVML, a fake `libnvidia-ml`
@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
-use zeus_core::device::journal::{Journal, Kind, Restored, RestoredSetting};
+use zeus_core::device::settings::{restore_stale, Journal};
 use zeus_core::device::{GpuResult, Gpus};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -294,34 +294,6 @@ fn validate(args: &Args, duration: f64) -> Result<Vec<usize>, String> {
     Ok(indices)
 }
 
-/// One line for everything restored on one GPU.
-fn describe_restored(items: &[&Restored]) -> String {
-    let parts: Vec<String> = items
-        .iter()
-        .map(|r| {
-            let what = match r.setting {
-                RestoredSetting::PowerLimit { power_limit_mw } => {
-                    format!("restored power limit {power_limit_mw} mW")
-                }
-                RestoredSetting::Clocks(locks) => {
-                    let kinds: Vec<&str> = [(locks.gpu, "GPU"), (locks.memory, "memory")]
-                        .into_iter()
-                        .filter_map(|(on, name)| on.then_some(name))
-                        .collect();
-                    format!("unlocked {} clocks", kinds.join(" and "))
-                }
-            };
-            format!("{what} (journaled by process {})", r.pid)
-        })
-        .collect();
-    format!(
-        "GPU {} ({}): {}",
-        items[0].index,
-        items[0].uuid,
-        parts.join("; ")
-    )
-}
-
 /// `--restore`: undo the journaled changes of dead processes on the visible GPUs.
 fn restore() -> ExitCode {
     let gpus = match Gpus::from_env() {
@@ -332,25 +304,16 @@ fn restore() -> ExitCode {
         }
     };
     let journal = Journal::default_location();
-    let report = journal.restore_stale(&gpus, false);
+    let report = restore_stale(&journal, &gpus, false);
     let mut stdout = io::stdout().lock();
-    // Entries come GPU by GPU, so grouping consecutive ones gives one line per GPU.
-    for group in report.restored.chunk_by(|a, b| a.index == b.index) {
-        let refs: Vec<&Restored> = group.iter().collect();
-        let _ = writeln!(stdout, "{}", describe_restored(&refs));
+    for r in &report.restored {
+        let _ = writeln!(stdout, "{r}");
     }
     let _ = stdout.flush();
     for f in &report.failed {
-        let kind = f.kind.map_or("settings", |k| match k {
-            Kind::PowerLimit => "power limit",
-            Kind::Clocks => "clock locks",
-        });
         eprintln!(
-            "{}ERROR: GPU {} ({}): cannot restore {kind}: {}; the entry stays in {}",
+            "{}ERROR: {f}; the entry stays in {}",
             log_prefix(),
-            f.index,
-            f.uuid.as_deref().unwrap_or("unknown UUID"),
-            f.error,
             journal.dir().display()
         );
     }

@@ -9,11 +9,10 @@
 //! Run: `cargo bench -p zeus-core --bench monitor`
 
 use std::hint::black_box;
-use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use zeus_core::device::sim::{preset, Fidelity, Load, SimCluster, SimConfig};
-use zeus_core::device::{BackendKind, Clock, Gpu, Gpus};
+use zeus_core::device::Gpus;
 use zeus_core::monitor::counter::counter_delta_joules;
 use zeus_core::monitor::{EnergyMonitor, ReadMode, Timeline};
 
@@ -27,13 +26,7 @@ fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
         load: Load::Busy,
         energy_read_cost_s: None,
     });
-    let all: Vec<Arc<dyn Gpu>> = cluster
-        .devices()
-        .iter()
-        .map(|d| d.clone() as Arc<dyn Gpu>)
-        .collect();
-    let clock: Arc<dyn Clock> = cluster.clock();
-    Gpus::with_indices(BackendKind::Sim, all, (0..n).collect(), clock)
+    cluster.gpus()
 }
 
 fn window_pair(c: &mut Criterion) {

@@ -39,16 +39,19 @@ def test_coalesces_to_latest_request(sim_gpus):
     calls = []
 
     class Counting:
-        def __getattr__(self, name):
-            return getattr(gpus, name)
+        def __init__(self, guard):
+            self.guard = guard
 
-        def set_gpu_locked_clocks(self, i, lo, hi):
+        def __getattr__(self, name):
+            return getattr(self.guard, name)
+
+        def lock_gpu_clocks(self, i, lo, hi):
             calls.append(lo)
             time.sleep(0.01)  # a slow driver call, so requests pile up meanwhile
-            gpus.set_gpu_locked_clocks(i, lo, hi)
+            self.guard.lock_gpu_clocks(i, lo, hi)
 
-    with FrequencyController(0, Counting()) as c:
-        calls.clear()
+    with FrequencyController(0, gpus) as c:
+        c._guard = Counting(c._guard)
         for f in range(1000, 1100, 5):
             c.set_frequency(f)
         assert c.wait(timeout=5)
@@ -62,15 +65,19 @@ def test_errors_surface_through_wait(sim_gpus):
     gpus = sim_gpus("A40")
 
     class Failing:
-        def __getattr__(self, name):
-            return getattr(gpus, name)
+        def __init__(self, guard):
+            self.guard = guard
 
-        def set_gpu_locked_clocks(self, i, lo, hi):
+        def __getattr__(self, name):
+            return getattr(self.guard, name)
+
+        def lock_gpu_clocks(self, i, lo, hi):
             if lo == 1234:
                 raise ValueError(f"cannot lock {lo} MHz")
-            gpus.set_gpu_locked_clocks(i, lo, hi)
+            self.guard.lock_gpu_clocks(i, lo, hi)
 
-    with FrequencyController(0, Failing()) as c:
+    with FrequencyController(0, gpus) as c:
+        c._guard = Failing(c._guard)
         c.set_frequency(1234)
         with pytest.raises(ValueError, match="1234"):
             c.wait(timeout=5)
@@ -81,21 +88,24 @@ def test_errors_surface_through_wait(sim_gpus):
 
 CHILD = textwrap.dedent(
     """
-    import os, sys, time
+    import atexit, os, signal, sys, time
     os.environ.update(ZEUS_GPU_BACKEND="sim", ZEUS_SIM_CLOCK="virtual")
+    import zeus.sim
     from zeus.device import get_gpus
     from zeus.optimizer.perseus.frequency_controller import FrequencyController
+    from zeus.util import signals
     gpus = get_gpus()
-    real_reset = gpus.reset_gpu_locked_clocks
+    base = zeus.sim.steady_state(0)
 
-    class Spy:
-        def __getattr__(self, name):
-            return getattr(gpus, name)
-        def reset_gpu_locked_clocks(self, i):
-            real_reset(i)
-            print("RESET", flush=True)
+    def show(when):
+        state = "UNLOCKED" if zeus.sim.steady_state(0) == base else "LOCKED"
+        print(state, when, flush=True)
 
-    c = FrequencyController(0, Spy())
+    # Runs after the controller's reset: exit hooks run last-in first-out, signal cleanups in
+    # the order they were added.
+    atexit.register(show, "exit")
+    c = FrequencyController(0, gpus)
+    signals.run_before(signal.SIGTERM, lambda: show("sigterm"))
     c.set_frequency(900)
     c.wait()
     print("READY", flush=True)
@@ -106,7 +116,7 @@ CHILD = textwrap.dedent(
         sys.exit(0)
     if mode == "ask":
         sys.stdin.readline()
-        print("ALIVE", flush=True)
+        show("alive")
     time.sleep(60)
     """
 )
@@ -135,10 +145,11 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     assert line.strip() == "READY", proc.stderr.read() if proc.stderr else ""
     if sig is not None:
         proc.send_signal(sig)
-    # The normal exit prints RESET right after READY: readline() may already hold it.
+    # The normal exit prints right after READY: readline() may already hold it.
     out, err = finish(proc)
     assert proc.returncode == code, err
-    assert out.count("RESET") == 1, (out, err)
+    states = [line for line in out.splitlines() if "LOCKED" in line]
+    assert states and all(line.startswith("UNLOCKED") for line in states), (out, err)
     # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.
     assert journal_dir.is_dir()
     assert _core.journal_entries(journal_dir) == []
@@ -165,10 +176,10 @@ def test_an_ignored_sigterm_keeps_the_clocks_locked(journal_dir):
     proc.send_signal(signal.SIGTERM)
     proc.stdin.write("\n")
     proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "ALIVE"  # no RESET before it
+    assert proc.stdout.readline().strip() == "LOCKED alive"  # the SIGTERM reset nothing
     assert len(_core.journal_entries(journal_dir)) == 1
     proc.send_signal(signal.SIGINT)  # KeyboardInterrupt, then the reset at exit
     out, err = finish(proc)
     assert proc.returncode == -signal.SIGINT, err
-    assert out.count("RESET") == 1, (out, err)
+    assert out.splitlines() == ["UNLOCKED exit"], (out, err)
     assert _core.journal_entries(journal_dir) == []

@@ -4,11 +4,11 @@ limit changes, and the measured profiles."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
-from zeus.device.gpu import GPUs
-from zeus.optimizer.power_limit import guard
+from zeus.device import settings
+from zeus.optimizer.power_limit import optimizer
 
 
 @pytest.fixture(autouse=True)
@@ -17,7 +17,7 @@ def _isolated_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     state = tmp_path / "zeus-state"
     monkeypatch.setenv("ZEUS_STATE_DIR", str(state))
     yield state
-    guard.restore_all()
+    settings.restore_all()
 
 
 @pytest.fixture
@@ -26,15 +26,29 @@ def journal_dir(_isolated_journal: Path) -> Path:
     return _isolated_journal
 
 
+class _RecordingGuard:
+    """A settings guard that records every power limit set through it."""
+
+    def __init__(self, guard: Any, calls: list[tuple[int, int]]) -> None:
+        self._guard = guard
+        self._calls = calls
+
+    def set_power_limit(self, index: int, mw: int) -> None:
+        self._calls.append((index, mw))
+        self._guard.set_power_limit(index, mw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._guard, name)
+
+
 @pytest.fixture
 def set_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """Every `set_power_management_limit(index, mW)` call, in order, still applied to the GPU."""
+    """Every power limit `(index, mW)` the optimizer sets, in order, still applied to the GPU."""
     calls: list[tuple[int, int]] = []
-    original = GPUs.set_power_management_limit
+    real = optimizer.SettingsGuard
 
-    def spy(self: GPUs, index: int, mw: int, block: bool = True) -> None:
-        calls.append((index, mw))
-        original(self, index, mw, block)
+    def recording(*args: Any, **kwargs: Any) -> _RecordingGuard:
+        return _RecordingGuard(real(*args, **kwargs), calls)
 
-    monkeypatch.setattr(GPUs, "set_power_management_limit", spy)
+    monkeypatch.setattr(optimizer, "SettingsGuard", recording)
     return calls

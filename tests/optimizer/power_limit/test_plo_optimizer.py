@@ -180,7 +180,8 @@ def test_restore_on_close_and_on_exception(sim_gpus, journal_dir) -> None:  # no
     gpus.set_power_management_limit(0, 220_000)
     with pytest.raises(KeyError), GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0])) as plo:
         assert gpus.get_power_management_limit(0) == 300_000
-        entry = _core.journal_get(uuid, journal_dir)
+        [entry] = _core.journal_entries(journal_dir)
+        assert entry["uuid"] == uuid
         assert entry["power_limit_mw"] == 220_000 and entry["pid"] == os.getpid()
         run_steps(plo, 3)
         raise KeyError("training crashed")
@@ -208,29 +209,31 @@ def test_importing_zeus_optimizer_is_light() -> None:
 
 
 # Child processes: the simulator's state is per process, so restore paths that end a process
-# are observed from its output (every power limit it sets is printed) and from the journal.
+# are observed from its output (it prints GPU 0's limit when ready, and again from cleanups
+# that run after zeus's restore: an exit hook registered before zeus's, signal cleanups
+# registered after it) and from the journal.
 
 CHILD = """
-import os, signal, sys, time
+import atexit, os, signal, sys, time
 from zeus.device import get_gpus
-from zeus.device.gpu import GPUs
 from zeus.optimizer import GlobalPowerLimitOptimizer
+from zeus.util import signals
 
 class Mon:
     gpu_indices = [0]
     def begin_window(self, key, sync_cuda=True): pass
     def end_window(self, key, sync_cuda=True, cancel=False): pass
 
-_set = GPUs.set_power_management_limit
-def spy(self, i, mw, block=True):
-    _set(self, i, mw, block)
-    print("SET", i, mw, flush=True)
-GPUs.set_power_management_limit = spy
-
 gpus = get_gpus()
+def show(when):
+    print("LIMIT", when, gpus.get_power_management_limit(0), flush=True)
 gpus.set_power_management_limit(0, 250_000)   # the limit in force before the optimizer
+atexit.register(show, "exit")
 plo = GlobalPowerLimitOptimizer(Mon(), wait_steps=0, warmup_steps=5, profile_steps=5)
 plo.on_step_begin()
+signals.run_before(signal.SIGTERM, lambda: show("sigterm"))
+signals.run_before(signal.SIGINT, lambda: show("sigint"))
+show("ready")
 """
 READY = "print('READY', os.getpid(), flush=True)\n"
 
@@ -266,8 +269,9 @@ def wait_ready(proc: subprocess.Popen[str]) -> list[str]:
     raise AssertionError(f"child ended early: {lines} {proc.stderr.read() if proc.stderr else ''}")
 
 
-def sets(lines: list[str]) -> list[int]:
-    return [int(x.split()[2]) for x in lines if x.startswith("SET")]
+def limits(lines: list[str]) -> list[tuple[str, int]]:
+    """The `(when, mW)` of every limit the child printed."""
+    return [(x.split()[1], int(x.split()[2])) for x in lines if x.startswith("LIMIT")]
 
 
 def sigterm_restores_and_clears_the_journal(proc: subprocess.Popen[str], journal_dir: Path) -> None:
@@ -276,14 +280,14 @@ def sigterm_restores_and_clears_the_journal(proc: subprocess.Popen[str], journal
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
-    assert sets(out.splitlines()) == [250_000]
+    assert limits(out.splitlines()) == [("sigterm", 250_000)]
     assert _core.journal_entries(journal_dir) == []
 
 
 def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:  # noqa: ANN001
     proc = spawn(READY + "time.sleep(60)", journal_dir)
     lines = wait_ready(proc)
-    assert sets(lines) == [250_000, 300_000]
+    assert limits(lines) == [("ready", 300_000)]
     sigterm_restores_and_clears_the_journal(proc, journal_dir)
 
 
@@ -298,8 +302,8 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
     proc.send_signal(signal.SIGINT)
     out, err = finish(proc)
     assert proc.returncode == 0, err
-    events = [x for x in out.splitlines() if x.startswith(("SET", "KI"))]
-    assert events == ["SET 0 250000", "KI"]
+    events = [x for x in out.splitlines() if x.startswith(("LIMIT", "KI"))]
+    assert events == ["LIMIT sigint 250000", "KI", "LIMIT exit 250000"]
     assert _core.journal_entries(journal_dir) == []
 
 
@@ -314,7 +318,7 @@ def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:  # no
         stdin=subprocess.PIPE,
         preexec_fn=ignore_sigint,
     )
-    assert sets(wait_ready(proc)) == [250_000, 300_000]
+    assert limits(wait_ready(proc)) == [("ready", 300_000)]
     proc.send_signal(signal.SIGINT)
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write("\n")
@@ -328,7 +332,7 @@ def test_uncaught_exception_restores_at_exit(journal_dir) -> None:  # noqa: ANN0
     wait_ready(proc)
     out, err = finish(proc)
     assert proc.returncode == 1 and "boom" in err
-    assert sets(out.splitlines()) == [250_000]
+    assert limits(out.splitlines()) == [("exit", 250_000)]
     assert _core.journal_entries(journal_dir) == []
 
 
@@ -393,7 +397,7 @@ def test_unwritable_journal_warns_and_still_restores(
     gpus.set_power_management_limit(0, 200_000)
     plo = GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
     assert gpus.get_power_management_limit(0) == 300_000
-    assert "Cannot journal" in caplog.text
+    assert "cannot journal GPU 0's original power limit" in caplog.text
     plo.close()
     assert gpus.get_power_management_limit(0) == 200_000
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plo_helpers import dedupe
 from zeus.device import get_gpus
-from zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer, guard
+from zeus.device.settings import restore_all
+from zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer
 from zeus.optimizer.power_limit.optimizer import _WINDOW_PREFIX
 
 
@@ -66,13 +67,13 @@ class StepCountingMonitor:
 def test_state_machine_invariants(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path_factory: pytest.TempPathFactory,
+    set_calls: list[tuple[int, int]],
     wait: int,
     warmup: int,
     profile: int,
     pl_step: int,
     epoch_lengths: list[int],
 ) -> None:
-    from zeus.device.gpu import GPUs
     from zeus.optimizer.power_limit import Energy
 
     monkeypatch.setenv("ZEUS_GPU_BACKEND", "sim")
@@ -80,14 +81,8 @@ def test_state_machine_invariants(
     monkeypatch.setenv("ZEUS_SIM_CLOCK", "virtual")
     monkeypatch.setenv("ZEUS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
     zeus.sim.reset()
-    calls: list[tuple[int, int]] = []
-    original = GPUs.set_power_management_limit
-
-    def spy(self: GPUs, index: int, mw: int, block: bool = True) -> None:
-        calls.append((index, mw))
-        original(self, index, mw, block)
-
-    monkeypatch.setattr(GPUs, "set_power_management_limit", spy)
+    calls = set_calls  # shared by the examples of one test run
+    calls.clear()
 
     mon = StepCountingMonitor([0, 1])
     plo = GlobalPowerLimitOptimizer(
@@ -125,4 +120,4 @@ def test_state_machine_invariants(
         assert seq[-1] == plo.state.optimal_power_limit
         assert get_gpus().get_power_management_limit(0) == plo.state.optimal_power_limit
     finally:
-        guard.restore_all()
+        restore_all()

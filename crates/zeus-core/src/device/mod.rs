@@ -10,8 +10,8 @@
 //! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
 
 pub mod error;
-pub mod journal;
 pub mod nvml;
+pub mod settings;
 pub mod sim;
 pub mod visible;
 
@@ -225,13 +225,7 @@ impl Gpus {
             }
             BackendKind::Sim => {
                 let cluster = sim::global_cluster()?;
-                let clock: Arc<dyn Clock> = cluster.clock();
-                let all: Vec<Arc<dyn Gpu>> = cluster
-                    .devices()
-                    .iter()
-                    .map(|d| d.clone() as Arc<dyn Gpu>)
-                    .collect();
-                Gpus::new(BackendKind::Sim, all, clock)
+                Gpus::new(BackendKind::Sim, cluster.gpu_devices(), cluster.clock())
             }
         }
     }

@@ -509,7 +509,7 @@ pub fn check_indices(gpus: &Gpus, indices: &[usize]) -> MonitorResult<()> {
 pub(crate) mod tests {
     use super::*;
     use crate::device::sim::{preset, Load, SimCluster, SimConfig};
-    use crate::device::{BackendKind, Clock, Gpu};
+    use crate::device::Clock;
 
     pub(crate) fn sim(keys: &[&str], virtual_clock: bool) -> (Arc<SimCluster>, Gpus) {
         let c = Arc::new(SimCluster::new(SimConfig {
@@ -521,14 +521,7 @@ pub(crate) mod tests {
             load: Load::Idle,
             energy_read_cost_s: None,
         }));
-        let all: Vec<Arc<dyn Gpu>> = c
-            .devices()
-            .iter()
-            .map(|d| d.clone() as Arc<dyn Gpu>)
-            .collect();
-        let n = all.len();
-        let clock: Arc<dyn Clock> = c.clock();
-        let gpus = Gpus::with_indices(BackendKind::Sim, all, (0..n).collect(), clock);
+        let gpus = c.gpus();
         (c, gpus)
     }
 

@@ -8,7 +8,7 @@ only when that name is used). The optimum selectors decide which profiled limit 
 from __future__ import annotations
 
 # zeus 0.8 tests patch `zeus.optimizer.power_limit.atexit`; keep the name importable here
-# (restores are registered by `zeus.optimizer.power_limit.guard`).
+# (restores are registered by `zeus.device.settings`).
 import atexit  # noqa: F401
 from typing import Any
 

@@ -24,7 +24,7 @@ Deliberate differences from zeus 0.8: scanned limits never go below the device m
 GPUs must share a power-limit range (zeus 0.8 required every visible GPU to be the same model);
 the power limit in force before the optimizer started (not the maximum) is restored at exit, on
 SIGINT/SIGTERM and, through an on-disk journal, after SIGKILL (see
-`zeus.optimizer.power_limit.guard` and `python -m zeus.device restore`); once `Done`,
+`zeus.device.settings` and `python -m zeus.device restore`); once `Done`,
 `on_step_begin` is rebound to a no-op, so a step costs one empty call.
 
 Data parallelism with `torch.distributed`: each rank creates its own optimizer with a monitor of
@@ -47,8 +47,7 @@ from typing import Any, Union
 from zeus.callback import Callback
 from zeus.device import get_gpus
 from zeus.device.exception import ZeusGPUNoPermissionError, ZeusGPUNotSupportedError
-from zeus.device.journal import restore_stale
-from zeus.optimizer.power_limit.guard import PowerLimitGuard
+from zeus.device.settings import SettingsGuard, restore_stale
 from zeus.optimizer.power_limit.models import (
     Done,
     PowerLimitMeasurement,
@@ -173,10 +172,7 @@ class GlobalPowerLimitOptimizer(Callback):
 
         self.gpus = get_gpus()
         # Put back what a killed earlier run left behind, before reading "original" limits.
-        try:
-            restore_stale(self.gpus)
-        except OSError as e:
-            logger.warning("Cannot read the power limit journal: %s", e)
+        restore_stale(self.gpus)
 
         ranges = {
             i: tuple(self.gpus.get_power_management_limit_constraints(i)) for i in self.gpu_indices
@@ -199,7 +195,8 @@ class GlobalPowerLimitOptimizer(Callback):
                 f"to do this. ({e})"
             ) from e
 
-        self.guard = PowerLimitGuard(self.gpus, self.gpu_indices)
+        self.guard = SettingsGuard(self.gpus)
+        self._current_mw = 0
         self.measurements: list[PowerLimitMeasurement] = []
         self.state: Ready | Warmup | Profiling | Done
 
@@ -257,13 +254,16 @@ class GlobalPowerLimitOptimizer(Callback):
     @property
     def current_power_limit(self) -> int:
         """The power limit this optimizer last set, mW (0 before the first or after restore)."""
-        return self.guard.current_mw or 0
+        # A signal or exit hook may have restored the guard behind this object's back.
+        return self._current_mw if self.guard.active else 0
 
     # Context manager and cleanup.
 
     def close(self) -> None:
         """Restore the GPUs' original power limits now (also done at exit and on signals)."""
-        self.guard.restore()
+        for line in self.guard.restore():
+            logger.info("[GlobalPowerLimitOptimizer] %s.", line)
+        self._current_mw = 0
 
     def __enter__(self) -> GlobalPowerLimitOptimizer:
         """Use as `with GlobalPowerLimitOptimizer(...) as plo:`; limits are restored on exit."""
@@ -330,7 +330,14 @@ class GlobalPowerLimitOptimizer(Callback):
         self.on_step_begin = _noop  # type: ignore[method-assign]
 
     def _set_power_limit(self, power_limit_mw: int) -> None:
-        self.guard.set(power_limit_mw)
+        if power_limit_mw == self.current_power_limit:
+            return
+        logger.info(
+            "[GlobalPowerLimitOptimizer] Setting power limit to %d W.", power_limit_mw // 1000
+        )
+        for i in self.gpu_indices:
+            self.guard.set_power_limit(i, power_limit_mw)
+        self._current_mw = power_limit_mw
 
     def _save_profile(self) -> None:
         if self.profile_path is None:

@@ -33,7 +33,9 @@ pub use clock::SimClock;
 pub use preset::{Preset, PRESETS};
 pub use workload::{ClockCurve, ClockPoint, CurvePoint, WorkloadCurve};
 
-use super::{Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, Utilization};
+use super::{
+    Architecture, BackendKind, Clock, Gpu, GpuError, GpuResult, Gpus, MemoryInfo, Utilization,
+};
 
 /// What a simulated GPU is doing.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -869,6 +871,26 @@ impl SimCluster {
 
     pub fn devices(&self) -> &[Arc<SimGpu>] {
         &self.devices
+    }
+
+    /// Every simulated device as a backend device, in order.
+    pub fn gpu_devices(&self) -> Vec<Arc<dyn Gpu>> {
+        self.devices
+            .iter()
+            .map(|d| d.clone() as Arc<dyn Gpu>)
+            .collect()
+    }
+
+    /// Every simulated device visible, in order, `CUDA_VISIBLE_DEVICES` not applied (tests and
+    /// benchmarks; `Gpus::from_env` applies it).
+    pub fn gpus(&self) -> Gpus {
+        let n = self.devices.len();
+        Gpus::with_indices(
+            BackendKind::Sim,
+            self.gpu_devices(),
+            (0..n).collect(),
+            self.clock(),
+        )
     }
 
     pub fn device(&self, index: usize) -> GpuResult<&Arc<SimGpu>> {

@@ -3,6 +3,8 @@
 
 use pyo3::prelude::*;
 
+pub(crate) mod settings;
+
 use super::errors::{gpu_error, IntoPyResult};
 use crate::device::{Gpu, GpuResult, Gpus};
 
@@ -21,6 +23,26 @@ impl PyGpus {
     ) -> PyResult<T> {
         let dev = self.inner.device(index).py_err(py)?.clone();
         py.detach(move || f(dev.as_ref())).py_err(py)
+    }
+
+    /// A device write. With `block`, wait for it and raise its error; without, check the index,
+    /// hand the call to a thread and return at once (zeusd's `block=false`: dispatched, errors
+    /// not reported), for callers that must not wait on a slow driver call.
+    fn write(
+        &self,
+        py: Python<'_>,
+        gpu_index: usize,
+        block: bool,
+        f: impl FnOnce(&Gpus, usize) -> GpuResult<()> + Send + 'static,
+    ) -> PyResult<()> {
+        self.inner.device(gpu_index).py_err(py)?;
+        let gpus = self.inner.clone();
+        if block {
+            py.detach(move || f(&gpus, gpu_index)).py_err(py)
+        } else {
+            std::thread::spawn(move || f(&gpus, gpu_index));
+            Ok(())
+        }
     }
 }
 
@@ -115,10 +137,9 @@ impl PyGpus {
         power_limit_mw: u32,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block; // Accepted for API compatibility: NVML calls are always synchronous here.
-        let inner = &self.inner;
-        py.detach(|| inner.set_power_management_limit(gpu_index, power_limit_mw))
-            .py_err(py)
+        self.write(py, gpu_index, block, move |g, i| {
+            g.set_power_management_limit(i, power_limit_mw)
+        })
     }
 
     #[pyo3(signature = (gpu_index, block = true))]
@@ -128,8 +149,9 @@ impl PyGpus {
         gpu_index: usize,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        self.with_device(py, gpu_index, |d| d.reset_power_management_limit())
+        self.write(py, gpu_index, block, |g, i| {
+            g.device(i)?.reset_power_management_limit()
+        })
     }
 
     fn get_persistence_mode(&self, py: Python<'_>, gpu_index: usize) -> PyResult<bool> {
@@ -144,8 +166,9 @@ impl PyGpus {
         enabled: bool,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        self.with_device(py, gpu_index, |d| d.set_persistence_mode(enabled))
+        self.write(py, gpu_index, block, move |g, i| {
+            g.device(i)?.set_persistence_mode(enabled)
+        })
     }
 
     fn get_supported_memory_clocks(&self, py: Python<'_>, gpu_index: usize) -> PyResult<Vec<u32>> {
@@ -177,10 +200,9 @@ impl PyGpus {
         max_clock_mhz: u32,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        let inner = &self.inner;
-        py.detach(|| inner.set_gpu_locked_clocks(gpu_index, min_clock_mhz, max_clock_mhz))
-            .py_err(py)
+        self.write(py, gpu_index, block, move |g, i| {
+            g.set_gpu_locked_clocks(i, min_clock_mhz, max_clock_mhz)
+        })
     }
 
     #[pyo3(signature = (gpu_index, block = true))]
@@ -190,8 +212,9 @@ impl PyGpus {
         gpu_index: usize,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        self.with_device(py, gpu_index, |d| d.reset_gpu_locked_clocks())
+        self.write(py, gpu_index, block, |g, i| {
+            g.device(i)?.reset_gpu_locked_clocks()
+        })
     }
 
     #[pyo3(signature = (gpu_index, min_clock_mhz, max_clock_mhz, block = true))]
@@ -203,10 +226,9 @@ impl PyGpus {
         max_clock_mhz: u32,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        let inner = &self.inner;
-        py.detach(|| inner.set_memory_locked_clocks(gpu_index, min_clock_mhz, max_clock_mhz))
-            .py_err(py)
+        self.write(py, gpu_index, block, move |g, i| {
+            g.set_memory_locked_clocks(i, min_clock_mhz, max_clock_mhz)
+        })
     }
 
     #[pyo3(signature = (gpu_index, block = true))]
@@ -216,8 +238,9 @@ impl PyGpus {
         gpu_index: usize,
         block: bool,
     ) -> PyResult<()> {
-        let _ = block;
-        self.with_device(py, gpu_index, |d| d.reset_memory_locked_clocks())
+        self.write(py, gpu_index, block, |g, i| {
+            g.device(i)?.reset_memory_locked_clocks()
+        })
     }
 
     /// Driver-averaged power, mW.
@@ -268,5 +291,6 @@ impl PyGpus {
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyGpus>()
+    m.add_class::<PyGpus>()?;
+    settings::register(m)
 }
