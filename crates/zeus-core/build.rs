@@ -1,7 +1,7 @@
 //! When building the Python extension (feature `python`), also build the two native artifacts
 //! the wheel ships next to it, and copy them into `python/zeus/_bin/`:
 //! - `libnvidia-ml.so.1`: the simulated GPU speaking the NVML C ABI (crate `zeus-sim-nvml`);
-//! - `zeus-monitor`: the standalone power-logging binary (crate `zeus-cli`).
+//! - `zeus-monitor`: the standalone power-logging binary (crate `zeus-monitor`).
 //!
 //! maturin builds one crate, so a nested `cargo build` of those two crates (in their own target
 //! directory, so the outer build's lock is not contended) is the way to get them into the same
@@ -23,7 +23,7 @@ fn main() {
     for dir in [
         "crates/zeus-core/src",
         "crates/zeus-sim-nvml/src",
-        "crates/zeus-cli/src",
+        "crates/zeus-monitor/src",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -39,7 +39,7 @@ fn main() {
             "-p",
             "zeus-sim-nvml",
             "-p",
-            "zeus-cli",
+            "zeus-monitor",
             "--target-dir",
         ])
         .arg(&target_dir);
@@ -78,10 +78,10 @@ fn main() {
     cmd.env("ZEUS_SKIP_BUNDLE", "1");
     let status = cmd
         .status()
-        .expect("could not run cargo to build zeus-sim-nvml and zeus-cli");
+        .expect("could not run cargo to build zeus-sim-nvml and zeus-monitor");
     assert!(
         status.success(),
-        "building zeus-sim-nvml and zeus-cli failed"
+        "building zeus-sim-nvml and zeus-monitor failed"
     );
     let built = target_dir.join(if release { "release" } else { "debug" });
     let bin_dir = root.join("python").join("zeus").join("_bin");

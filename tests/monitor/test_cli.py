@@ -110,7 +110,7 @@ def zeus_monitor_bin() -> Path:
     ):
         if cand.is_file():
             return cand
-    pytest.skip("zeus-monitor is not built (cargo build -p zeus-cli)")
+    pytest.skip("zeus-monitor is not built (cargo build -p zeus-monitor)")
 
 
 def test_zeus_monitor_reference_form(zeus_monitor_bin: Path, tmp_path: Path):

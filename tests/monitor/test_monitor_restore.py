@@ -45,7 +45,7 @@ def restore_bin() -> Path:
             helped = subprocess.run([cand, "--help"], capture_output=True, text=True, timeout=60)
             if "--restore" in helped.stdout:
                 return cand
-    pytest.skip("no zeus-monitor with --restore is built (cargo build -p zeus-cli)")
+    pytest.skip("no zeus-monitor with --restore is built (cargo build -p zeus-monitor)")
 
 
 @pytest.fixture

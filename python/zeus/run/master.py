@@ -90,7 +90,7 @@ class ZeusMaster:
         """Create and return the log directory of one `run`.
 
         The name ends with a `%Y%m%d%H%M%S` timestamp (the reference used `%s`, epoch seconds,
-        by mistake; inventory §5.7).
+        by mistake; `docs/reference-differences.md`, bug 7).
         """
         stamp = time.strftime("%Y%m%d%H%M%S")
         logdir = os.path.join(

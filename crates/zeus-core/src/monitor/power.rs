@@ -89,7 +89,7 @@ pub fn detect_update_period(gpus: &Gpus, index: usize) -> GpuResult<Option<f64>>
 /// The sampling period the reference intends for `indices`: half the shortest counter update
 /// period among the GPU models (each model sampled once), capped at [`MAX_AUTO_PERIOD`].
 ///
-/// This fixes the reference's bug (inventory §5.1), where the running minimum started at 0 and
+/// This fixes the reference's bug (`docs/reference-differences.md`, bug 1), where the running minimum started at 0 and
 /// the result was always 0, i.e. busy polling. When no period can be detected the cap is used.
 pub fn infer_counter_update_period(gpus: &Gpus, indices: &[usize]) -> GpuResult<f64> {
     let mut by_model: HashMap<String, Option<f64>> = HashMap::new();

@@ -1,7 +1,7 @@
 """The Perseus client: a training-loop callback that runs the server's frequency plan.
 
-Unlike zeus 0.8 (whose client could not run: see the inventory's bug list), this client works
-end to end, reports what it measured, and does not need PyTorch:
+Unlike zeus 0.8 (whose client could not run: `docs/reference-differences.md`, bug 6), this
+client works end to end, reports what it measured, and does not need PyTorch:
 
 - The job id is taken from `job_id` if given; else, when `torch.distributed` is initialised,
   rank 0 registers the job and broadcasts the id; else rank 0 registers and the other ranks
