@@ -1,3 +1,4 @@
-//! Small shared pieces: the cost metric.
+//! Small shared pieces: the cost metric and a numpy-compatible random generator.
 
 pub mod metric;
+pub mod numpy_rng;
