@@ -118,7 +118,7 @@ def main() -> None:
         r = run_child(["steps", str(args.steps), reads], env)
         results.setdefault(reads, []).append(r["step_s"])
     if args.reference:
-        from zeus.sim import nvml_library_path
+        from zeus.device.sim import nvml_library_path
 
         libdir = tempfile.mkdtemp(prefix="zeus-fake-nvml-")
         os.symlink(nvml_library_path(), os.path.join(libdir, "libnvidia-ml.so.1"))

@@ -2,7 +2,8 @@
 
 Each configuration runs in a fresh process (the NVML library reads its simulated GPU list once):
 1 GPU and 4 GPUs, `sync_cuda=False`, the NVML backend loading the simulated `libnvidia-ml`
-(`ZEUS_NVML_LIB`, default `python -m zeus.sim nvml-path`, else `target/release/libnvidia_ml.so`).
+(`ZEUS_NVML_LIB`, default `python -m zeus.device.sim nvml-path`, else
+`target/release/libnvidia_ml.so`).
 For context it also times the device reads a pair needs (one energy read per GPU, twice) made
 from Python, and a no-op Python call.
 
@@ -40,9 +41,9 @@ def fake_nvml() -> str:
     if os.environ.get("ZEUS_NVML_LIB"):
         return os.environ["ZEUS_NVML_LIB"]
     try:
-        import zeus.sim
+        import zeus.device.sim
 
-        return str(zeus.sim.nvml_library_path())
+        return str(zeus.device.sim.nvml_library_path())
     except FileNotFoundError:
         for cand in ("target/release/libnvidia_ml.so", "target/debug/libnvidia_ml.so"):
             if (REPO / cand).is_file():

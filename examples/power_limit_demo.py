@@ -24,7 +24,7 @@ os.environ.setdefault("ZEUS_SIM_CLOCK", "virtual")
 # Keep the demo's crash journal out of the user's state directory.
 os.environ.setdefault("ZEUS_STATE_DIR", tempfile.mkdtemp(prefix="zeus-demo-state-"))
 
-import zeus.sim  # noqa: E402
+import zeus.device.sim  # noqa: E402
 from zeus.monitor import ZeusMonitor  # noqa: E402
 from zeus.optimizer import GlobalPowerLimitOptimizer  # noqa: E402
 from zeus.optimizer.power_limit import Done, ZeusCost  # noqa: E402
@@ -55,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
 
     if os.path.isfile(args.trace):
-        zeus.sim.set_workload(0, load_curve(args.trace))
+        zeus.device.sim.set_workload(0, load_curve(args.trace))
         print(f"workload: ImageNet/ResNet-50 (batch 256) from {os.path.normpath(args.trace)}")
     else:
         print("workload: the simulator's default A40 curve")
@@ -72,7 +72,7 @@ def main() -> None:
             if step % steps_per_epoch == 0:
                 plo.on_epoch_begin()
             plo.on_step_begin()
-            zeus.sim.run(WORK_PER_STEP)  # the "training step"
+            zeus.device.sim.run(WORK_PER_STEP)  # the "training step"
             plo.on_step_end()
             if done_at is None and isinstance(plo.state, Done):
                 done_at = step

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from zeus.device import GPUs, get_gpus
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -35,9 +35,9 @@ def _isolated_gpu_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for var in _SIM_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ZEUS_SIM_FIDELITY", "ideal")
-    zeus.sim.reset()
+    zeus.device.sim.reset()
     yield
-    zeus.sim.reset()
+    zeus.device.sim.reset()
 
 
 SimFactory = Callable[..., GPUs]
@@ -69,7 +69,7 @@ def sim_gpus(monkeypatch: pytest.MonkeyPatch) -> SimFactory:
             monkeypatch.setenv("ZEUS_SIM_WORKLOAD", os.fspath(workload))
         if visible is not None:
             monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-        zeus.sim.reset()
+        zeus.device.sim.reset()
         return get_gpus()
 
     return make
@@ -87,6 +87,6 @@ def shared_data() -> Path:
 def fake_nvml_lib() -> Path:
     """Path of the simulated `libnvidia-ml.so.1` built with the package."""
     try:
-        return zeus.sim.nvml_library_path()
+        return zeus.device.sim.nvml_library_path()
     except FileNotFoundError as e:
         pytest.fail(str(e))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from zeus.controller import EarlyStopController
 from zeus.util.metric import zeus_cost
 
@@ -71,14 +71,14 @@ def test_target_metric(higher: bool, metrics: list[float], stop_at: int) -> None
 
 def test_cost_threshold_predicts_the_next_epoch(sim_gpus) -> None:  # noqa: ANN001
     gpus = sim_gpus("A40,V100")
-    zeus.sim.set_busy(0)
-    zeus.sim.set_busy(1)
+    zeus.device.sim.set_busy(0)
+    zeus.device.sim.set_busy(1)
     mon = SimMonitor(gpus, [0, 1])
     # One epoch = 10 s busy. Cost of an epoch, computed independently from the simulator's
     # steady state: sum over GPUs of eta*E + (1-eta)*maxP*T.
     per_epoch = 0.0
     for i, maxp in ((0, 300), (1, 250)):
-        _, watts = zeus.sim.steady_state(i)
+        _, watts = zeus.device.sim.steady_state(i)
         per_epoch += zeus_cost(watts * 10, 10, 0.5, maxp)
     # Stop when spent + mean >= threshold: after epoch k, that is (k+1)*per_epoch.
     c = EarlyStopController(monitor=mon, eta_knob=0.5, cost_threshold=3.5 * per_epoch)
@@ -86,7 +86,7 @@ def test_cost_threshold_predicts_the_next_epoch(sim_gpus) -> None:  # noqa: ANN0
     stopped_after = None
     for epoch in range(1, 6):
         c.on_epoch_begin()
-        zeus.sim.advance(10.0)
+        zeus.device.sim.advance(10.0)
         c.on_epoch_end()
         if c.should_training_stop:
             stopped_after = epoch

@@ -84,12 +84,12 @@ def logs(tmp_path_factory) -> dict[str, Path]:
                 stderr=subprocess.DEVNULL,
             )
     code = (
-        "import time, warnings, zeus.sim\n"
+        "import time, warnings, zeus.device.sim\n"
         "warnings.simplefilter('ignore')\n"
         "from zeus.monitor import ZeusMonitor\n"
         f"m = ZeusMonitor(log_file={str(out['ZeusMonitor log'])!r})\n"
         "for k in range(3):\n"
-        "    zeus.sim.set_busy(0, k % 2 == 0)\n"
+        "    zeus.device.sim.set_busy(0, k % 2 == 0)\n"
         "    m.begin_window(f'w{k}', sync_cuda=False); time.sleep(0.1)\n"
         "    m.end_window(f'w{k}', sync_cuda=False)\n"
     )

@@ -1,4 +1,5 @@
-"""Zeus 0.16 names that work here: module aliases, `show_env`, and the renamed client."""
+"""Names that work here: the module paths of zeus 0.8.2 and Zeus 0.16 (aliases of the one
+folder per concern), `show_env`, and the renamed client."""
 
 from __future__ import annotations
 
@@ -28,10 +29,42 @@ def test_module_aliases_are_the_same_modules():
     assert zeus_cost is importlib.import_module("zeus.util.metric").zeus_cost
 
 
+def test_recurring_job_modules_keep_the_reference_paths():
+    real = "zeus.optimizer.recurring"
+    pairs = [
+        ("zeus.job", f"{real}.job"),
+        ("zeus.policy", f"{real}.policy"),
+        ("zeus.policy.optimizer", f"{real}.policy.optimizer"),
+        ("zeus.run", f"{real}.run"),
+        ("zeus.run.master", f"{real}.run.master"),
+        ("zeus.simulate", f"{real}.simulate"),
+        ("zeus.controller", f"{real}.controller"),
+        ("zeus._legacy.policy", f"{real}.policy"),
+        ("zeus._legacy.simulate", f"{real}.simulate"),
+        ("zeus._legacy.job", f"{real}.job"),
+        ("zeus.sim", "zeus.device.sim"),
+    ]
+    for alias, target in pairs:
+        assert importlib.import_module(alias) is importlib.import_module(target), alias
+    from zeus.job import Job
+    from zeus.optimizer.recurring.job import Job as RealJob
+
+    assert Job is RealJob
+
+
+def test_python_dash_m_runs_through_an_alias():
+    for alias in ("zeus.simulate", "zeus.sim"):
+        out = subprocess.run(
+            [sys.executable, "-m", alias, "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, (alias, out.stderr)
+        assert "usage:" in out.stdout, alias
+
+
 def test_an_unknown_submodule_of_an_alias_is_an_import_error():
     import pytest
 
-    with pytest.raises(ModuleNotFoundError, match="zeus.util.nothing"):
+    with pytest.raises(ModuleNotFoundError, match="zeus.utils.nothing"):
         importlib.import_module("zeus.utils.nothing")
 
 

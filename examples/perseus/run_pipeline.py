@@ -3,7 +3,7 @@
 One Perseus server and one process per pipeline stage, each with its own simulated A40
 (`ZEUS_GPU_BACKEND=sim`, `ZEUS_SIM_CLOCK=virtual`). Every stage runs the real client
 (`PerseusOptimizer`): before each instruction the `FrequencyController` locks the clock the
-server planned, then the instruction is "run" with `zeus.sim.run(work, [0])`, whose time and
+server planned, then the instruction is "run" with `zeus.device.sim.run(work, [0])`, whose time and
 energy come from the simulated GPU's model at that clock. Forward passes are about one unit of
 work and backward passes two, scaled per stage so the stages differ.
 
@@ -44,7 +44,7 @@ BACKWARD_WORK = [2.0 * w for w in FORWARD_WORK]
 
 def worker(args: argparse.Namespace) -> None:
     """One pipeline stage: run `args.iters` iterations under the server's plan."""
-    import zeus.sim
+    import zeus.device.sim
     from zeus.device import get_gpus
     from zeus.optimizer.perseus import PerseusOptimizer
 
@@ -52,7 +52,7 @@ def worker(args: argparse.Namespace) -> None:
     rank = args.rank
     # Idle ("blocking") power, measured: let the virtual clock run with the GPU idle.
     e0 = gpus.get_total_energy_consumption(0)
-    zeus.sim.advance(10.0)
+    zeus.device.sim.advance(10.0)
     blocking_power = (gpus.get_total_energy_consumption(0) - e0) / 1000.0 / 10.0
 
     opt = PerseusOptimizer(
@@ -80,7 +80,7 @@ def worker(args: argparse.Namespace) -> None:
             for name, freq in plan:
                 opt.on_instruction_begin(name)
                 t0, en0 = gpus.now(), gpus.get_total_energy_consumption(0)
-                zeus.sim.run(work[name], [0])
+                zeus.device.sim.run(work[name], [0])
                 t1, en1 = gpus.now(), gpus.get_total_energy_consumption(0)
                 opt.on_instruction_end(name)
                 record.append([name, freq, t1 - t0, (en1 - en0) / 1000.0])

@@ -12,7 +12,7 @@ Commands:
   python -m zeus.analyze ...         energy and average power of a zeus-monitor log
   python -m zeus.device journal|restore  GPU settings zeus changed, and undoing them
   python -m zeus.simulate ...        the Zeus paper's trace-driven simulation
-  python -m zeus.sim nvml-path|presets  the simulated GPU
+  python -m zeus.device.sim nvml-path|presets  the simulated GPU
   zeus-monitor LOGFILE DURATION SLEEP_MS  standalone power logger (--help)
   zeus-bso-server                    batch-size optimizer server ('bso-server' extra)
   zeus-perseus-server                Perseus frequency-plan server ('perseus' extra)

@@ -1,8 +1,14 @@
-"""Zeus 0.16 module names that alias ours (`zeus.utils` is `zeus.util`, ...).
+"""Module names that alias ours: the reference's and Zeus 0.16's, and our own earlier ones.
+
+The recurring-job concern lives in one folder, `zeus.optimizer.recurring`; its modules keep
+the import paths of zeus 0.8.2 (`zeus.job`, `zeus.policy`, `zeus.run`, `zeus.simulate`,
+`zeus.controller`) and of Zeus 0.16 (`zeus._legacy.*`). Zeus 0.16 renamed `zeus.util` to
+`zeus.utils` and Perseus' package to `pipeline_frequency`; the simulated GPU was `zeus.sim`.
 
 An alias imports as the very module it names, not a copy: `zeus.utils.metric is
 zeus.util.metric`, so classes and module state are shared. A meta-path finder maps every
-`ALIAS.rest` to `TARGET.rest` on import.
+`ALIAS.rest` to `TARGET.rest` on import. `ALIAS.__main__` is left to the normal finders, which
+look in the target package's directory: so `python -m ALIAS` runs the target's `__main__`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,13 @@ from typing import Sequence
 ALIASES = {
     "zeus.utils": "zeus.util",
     "zeus.optimizer.pipeline_frequency": "zeus.optimizer.perseus",
+    "zeus.job": "zeus.optimizer.recurring.job",
+    "zeus.policy": "zeus.optimizer.recurring.policy",
+    "zeus.run": "zeus.optimizer.recurring.run",
+    "zeus.simulate": "zeus.optimizer.recurring.simulate",
+    "zeus.controller": "zeus.optimizer.recurring.controller",
+    "zeus._legacy": "zeus.optimizer.recurring",
+    "zeus.sim": "zeus.device.sim",
 }
 
 
@@ -28,9 +41,16 @@ class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        for alias in ALIASES:
+        if fullname.endswith(".__main__"):
+            return None
+        for alias, real in ALIASES.items():
             if fullname == alias or fullname.startswith(alias + "."):
-                return importlib.util.spec_from_loader(fullname, self)
+                real_spec = importlib.util.find_spec(real + fullname[len(alias) :])
+                if real_spec is None:
+                    return None
+                # Say whether it is a package: `python -m` looks for `__main__` only in those.
+                is_package = real_spec.submodule_search_locations is not None
+                return importlib.util.spec_from_loader(fullname, self, is_package=is_package)
         return None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:

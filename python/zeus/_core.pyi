@@ -49,6 +49,12 @@ __all__ = [
     "perseus_makespan",
     "perseus_compute_frontier",
     "SimTable",
+    "NumpyRng",
+    "pruning_next_step",
+    "reward_precision",
+    "bandit_fit_arm",
+    "thompson_predict",
+    "decide_report",
 ]
 
 # Path arguments are taken as `PathBuf` (anything `os.fspath` turns into a str).
@@ -338,7 +344,45 @@ def perseus_compute_frontier(
     unit_time: float,
 ) -> PerseusFrontier: ...
 
-# ---- simulate (src/python/simulate.rs) -----------------------------------------------------
+# ---- recurring jobs (src/python/recurring/) -------------------------------------------------
+
+@final
+class NumpyRng:
+    def __new__(cls, seed: int | None = None) -> Self: ...
+    @staticmethod
+    def from_state(state: str) -> NumpyRng: ...
+    @property
+    def state(self) -> str: ...
+    def permutation(self, n: int) -> list[int]: ...
+    def normal(self, loc: float, scale: float) -> float: ...
+    def choice_one(self, n: int) -> int: ...
+
+# (batch_size, mean, precision, reward_precision, observations)
+_ArmTuple: TypeAlias = tuple[int, float, float, float, int]
+
+def pruning_next_step(
+    batch_sizes: list[int],
+    default_batch_size: int,
+    num_pruning_rounds: int,
+    explorations: Mapping[int, list[tuple[bool, bool, float]]],
+) -> tuple[str, Any]: ...
+def reward_precision(rewards: list[float]) -> float: ...
+def bandit_fit_arm(
+    arm: _ArmTuple, rewards: list[float], reset: bool, prior_mean: float, prior_precision: float
+) -> _ArmTuple: ...
+def thompson_predict(arms: list[_ArmTuple], num_explorations: int, rng: NumpyRng) -> int: ...
+def decide_report(
+    *,
+    batch_size: int,
+    cost: float,
+    metric: float,
+    current_epoch: int,
+    target_metric: float,
+    higher_is_better: bool,
+    max_epochs: int,
+    beta_knob: float | None,
+    min_cost: float | None,
+) -> tuple[bool, bool, str]: ...
 
 # (rec, try, batch_size, power_limit, energy, time, reached)
 _HistoryRow: TypeAlias = tuple[int, int, int, int, float, float, bool]
@@ -409,5 +453,4 @@ class SimTable:
         eta: float,
         beta: float,
         recurrences: int,
-        path_sampler: Callable[[int], int] | None = None,
     ) -> list[_HistoryRow]: ...

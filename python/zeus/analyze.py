@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from zeus.job import HistoryEntry  # the reference defined it here; one class serves both
+from zeus.optimizer.recurring.job import (
+    HistoryEntry,
+)  # the reference defined it here; one class serves both
 
 __all__ = ["HistoryEntry", "PowerSeries", "avg_power", "energy", "plot_power", "read_power_log"]
 

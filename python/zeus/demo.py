@@ -42,7 +42,7 @@ def _list_gpus(console: Console) -> int:
 
 def _monitored_workload(console: Console, seconds: float, plot: str | None) -> None:
     """Load the GPUs for `seconds` under a ZeusMonitor window and a PowerMonitor."""
-    import zeus.sim
+    import zeus.device.sim
     from zeus.monitor import PowerMonitor, ZeusMonitor
 
     gpus = get_gpus()
@@ -58,7 +58,7 @@ def _monitored_workload(console: Console, seconds: float, plot: str | None) -> N
         while gpus.now() - start < seconds:
             if gpus.backend == "sim":
                 for i in gpus.physical_indices:
-                    zeus.sim.set_busy(i, busy)
+                    zeus.device.sim.set_busy(i, busy)
             time.sleep(0.5)
             watts = "  ".join(
                 f"GPU{i}: {gpus.get_average_power_usage(i) / 1000:6.1f} W" for i in range(n)
@@ -72,7 +72,7 @@ def _monitored_workload(console: Console, seconds: float, plot: str | None) -> N
         times, series = power.timeline()
     if gpus.backend == "sim":
         for i in gpus.physical_indices:
-            zeus.sim.set_busy(i, False)
+            zeus.device.sim.set_busy(i, False)
     table = Table(title=f"ZeusMonitor window 'workload': {m.time:.2f} s")
     for col in ("GPU", "energy (J)", "average power (W)", "PowerMonitor timeline (J)"):
         table.add_column(col)
@@ -112,7 +112,7 @@ def _plot_power(console: Console, path: str, times: list[float], series: dict) -
 
 def _power_limit_optimizer(console: Console) -> None:
     """Profile GPU 0's power limits on a short training loop and report the choice."""
-    import zeus.sim
+    import zeus.device.sim
     from zeus.monitor import ZeusMonitor
     from zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer
 
@@ -132,7 +132,7 @@ def _power_limit_optimizer(console: Console) -> None:
                 plo.on_epoch_begin()
             plo.on_step_begin()
             if gpus.backend == "sim":
-                zeus.sim.run(step_work, [physical])
+                zeus.device.sim.run(step_work, [physical])
             else:  # On a real GPU this is where a training step would run.
                 time.sleep(step_work)
             plo.on_step_end()

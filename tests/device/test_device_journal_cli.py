@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from childproc import finish
 from journal_files import entry_path, gone_pid, write_entry
 from zeus import _core
@@ -42,15 +42,15 @@ def test_journal_lists_both_kinds_and_restore_applies_them(
     assert set(out) == expected
 
     # Leave both GPUs changed in this process, as the dead one had.
-    base1 = zeus.sim.steady_state(1)
+    base1 = zeus.device.sim.steady_state(1)
     gpus.set_gpu_locked_clocks(1, 800, 800)
-    assert zeus.sim.steady_state(1) != base1
+    assert zeus.device.sim.steady_state(1) != base1
     assert device_cli(["--state-dir", str(state), "restore"]) == 0
     out = capsys.readouterr().out
     assert f"GPU 0 ({gpus.get_uuid(0)}): restored power limit 200000 mW" in out
     assert f"GPU 1 ({gpus.get_uuid(1)}): unlocked GPU clocks" in out
     assert gpus.get_power_management_limit(0) == 200_000
-    assert zeus.sim.steady_state(1) == base1
+    assert zeus.device.sim.steady_state(1) == base1
     assert _core.journal_entries(state) == []
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from zeus.device import (
@@ -50,12 +50,12 @@ def test_power_limit_round_trips_and_out_of_range_names_value_and_range(sim_gpus
 def test_energy_grows_under_load_and_faster_at_higher_limit(sim_gpus):
     gpus = sim_gpus("A40,A40")
     gpus.set_power_management_limit(1, 150_000)
-    zeus.sim.set_busy(0)
-    zeus.sim.set_busy(1)
+    zeus.device.sim.set_busy(0)
+    zeus.device.sim.set_busy(1)
     e0 = [gpus.get_total_energy_consumption(i) for i in range(2)]
-    zeus.sim.advance(10.0)
+    zeus.device.sim.advance(10.0)
     e1 = [gpus.get_total_energy_consumption(i) for i in range(2)]
-    zeus.sim.advance(10.0)
+    zeus.device.sim.advance(10.0)
     e2 = [gpus.get_total_energy_consumption(i) for i in range(2)]
     for i in range(2):
         assert e0[i] < e1[i] < e2[i]
@@ -65,9 +65,9 @@ def test_energy_grows_under_load_and_faster_at_higher_limit(sim_gpus):
 def test_virtual_clock_energy_is_power_times_time(sim_gpus):
     gpus = sim_gpus("V100")
     e0 = gpus.get_total_energy_consumption(0)
-    zeus.sim.advance(4.0)
+    zeus.device.sim.advance(4.0)
     assert gpus.get_total_energy_consumption(0) - e0 == 100_000  # 25 W idle x 4 s, in mJ
-    assert gpus.now() == pytest.approx(zeus.sim.now())
+    assert gpus.now() == pytest.approx(zeus.device.sim.now())
 
 
 def test_clocks_and_persistence(sim_gpus):
@@ -77,13 +77,13 @@ def test_clocks_and_persistence(sim_gpus):
     gfx = gpus.get_supported_graphics_clocks(0, 1215)
     assert gfx[0] == 1410 and gfx[-1] == 210 and gfx == sorted(gfx, reverse=True)
     assert gpus.get_supported_graphics_clocks(0) == gfx  # defaults to the top memory clock
-    zeus.sim.set_busy(0)
-    _, fast_power = zeus.sim.steady_state(0)
+    zeus.device.sim.set_busy(0)
+    _, fast_power = zeus.device.sim.steady_state(0)
     gpus.set_gpu_locked_clocks(0, 705, 705)
-    slow_time, slow_power = zeus.sim.steady_state(0)
+    slow_time, slow_power = zeus.device.sim.steady_state(0)
     assert slow_time > 1.0 and slow_power < fast_power
     gpus.reset_gpu_locked_clocks(0)
-    assert zeus.sim.steady_state(0)[1] == pytest.approx(fast_power)
+    assert zeus.device.sim.steady_state(0)[1] == pytest.approx(fast_power)
     with pytest.raises(ZeusGPUInvalidArgError, match="900"):
         gpus.set_gpu_locked_clocks(0, 900, 600)
     gpus.set_persistence_mode(0, True)
@@ -164,7 +164,7 @@ def test_unknown_preset_and_backend_name_the_value(sim_gpus, monkeypatch):
     with pytest.raises(ZeusGPUInitError, match="K80"):
         sim_gpus("A40,K80")
     monkeypatch.setenv("ZEUS_GPU_BACKEND", "cuda")
-    zeus.sim.reset()
+    zeus.device.sim.reset()
     with pytest.raises(ZeusGPUInitError, match="cuda"):
         get_gpus()
 
@@ -221,7 +221,7 @@ def test_property_set_get_round_trip_or_reject(limit):
 
     os.environ.update(ZEUS_GPU_BACKEND="sim", ZEUS_SIM_GPUS="H100", ZEUS_SIM_CLOCK="virtual")
     try:
-        zeus.sim.reset()
+        zeus.device.sim.reset()
         gpus = get_gpus()
         lo, hi = gpus.get_power_management_limit_constraints(0)
         if lo <= limit <= hi:
@@ -234,7 +234,7 @@ def test_property_set_get_round_trip_or_reject(limit):
     finally:
         for k in ("ZEUS_GPU_BACKEND", "ZEUS_SIM_GPUS", "ZEUS_SIM_CLOCK"):
             os.environ.pop(k, None)
-        zeus.sim.reset()
+        zeus.device.sim.reset()
 
 
 @settings(max_examples=40, deadline=None)
@@ -250,25 +250,25 @@ def test_property_counter_is_monotonic_and_matches_truth(steps):
 
     os.environ.update(ZEUS_GPU_BACKEND="sim", ZEUS_SIM_GPUS="A40", ZEUS_SIM_CLOCK="virtual")
     try:
-        zeus.sim.reset()
+        zeus.device.sim.reset()
         gpus = get_gpus()
         last = gpus.get_total_energy_consumption(0)
         for op, x in steps:
             if op == "busy":
-                zeus.sim.set_busy(0, True)
+                zeus.device.sim.set_busy(0, True)
             elif op == "idle":
-                zeus.sim.set_busy(0, False)
+                zeus.device.sim.set_busy(0, False)
             elif op == "run":
-                zeus.sim.run(x / 10)
+                zeus.device.sim.run(x / 10)
             else:
                 gpus.set_power_management_limit(0, 100_000 + int(x * 6_000))
-            zeus.sim.advance(x)
+            zeus.device.sim.advance(x)
             now = gpus.get_total_energy_consumption(0)
             assert now >= last
             # The counter is the model's integral, truncated to whole mJ.
-            assert abs(now - zeus.sim.true_energy(0) * 1000) < 1.0
+            assert abs(now - zeus.device.sim.true_energy(0) * 1000) < 1.0
             last = now
     finally:
         for k in ("ZEUS_GPU_BACKEND", "ZEUS_SIM_GPUS", "ZEUS_SIM_CLOCK"):
             os.environ.pop(k, None)
-        zeus.sim.reset()
+        zeus.device.sim.reset()

@@ -11,7 +11,7 @@ import time
 import warnings
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zeus.monitor import PowerMonitor, ZeusMonitor
@@ -25,9 +25,9 @@ def h100(sim_gpus):
 
 def _units(gpus, seconds: float) -> float:
     """Run the GPU busy for about `seconds` of measured work; returns the units done."""
-    t_unit = zeus.sim.steady_state(0)[0]
+    t_unit = zeus.device.sim.steady_state(0)[0]
     units = max(1.0, round(seconds / t_unit))
-    duration = zeus.sim.run(units)
+    duration = zeus.device.sim.run(units)
     time.sleep(duration)
     return units
 
@@ -50,13 +50,13 @@ def test_the_simulated_h100_reproduces_the_measured_sweeps(sim_gpus, shared_data
                 gpus.set_gpu_locked_clocks(0, mhz, mhz)
             # A measurement as on the real board: 3 s of units, counter read before and after
             # (the counter's staleness adds at most a period of idle power: under 1%).
-            zeus.sim.advance(0.5)
+            zeus.device.sim.advance(0.5)
             e0 = gpus.get_total_energy_consumption(0)
             busy, units = 0.0, 0
             while busy < 3.0:
-                busy += zeus.sim.run(1.0)
+                busy += zeus.device.sim.run(1.0)
                 units += 1
-            zeus.sim.advance(0.2)  # the counter publishes the last update late
+            zeus.device.sim.advance(0.2)  # the counter publishes the last update late
             t = busy / units
             e = (gpus.get_total_energy_consumption(0) - e0) / 1000.0 / units
             want_t, want_e = float(r["time_per_unit_s"]), float(r["energy_per_unit_j"])
@@ -69,7 +69,7 @@ def test_the_simulated_h100_reproduces_the_measured_sweeps(sim_gpus, shared_data
 
 def test_real_fidelity_readings_step_every_update_period(h100):
     gpus = h100
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     seen = {"energy": set(), "instant": set(), "average": set()}
     end = time.monotonic() + 1.0
     while time.monotonic() < end:
@@ -107,12 +107,12 @@ def test_auto_reads_use_the_sampler_on_a_real_driver_and_direct_on_an_ideal_one(
 
 def _busy_window(monitor: ZeusMonitor, seconds: float, exact: bool = False) -> tuple[float, float]:
     """A window with the load stepping at its edges: (measured J, true J)."""
-    e0 = zeus.sim.true_energy(0)
+    e0 = zeus.device.sim.true_energy(0)
     monitor.begin_window("w", sync_cuda=False)
-    zeus.sim.set_busy(0, True)
+    zeus.device.sim.set_busy(0, True)
     time.sleep(seconds)
-    zeus.sim.set_busy(0, False)
-    truth = zeus.sim.true_energy(0) - e0
+    zeus.device.sim.set_busy(0, False)
+    truth = zeus.device.sim.true_energy(0) - e0
     m = monitor.end_window("w", sync_cuda=False, exact=exact)
     return m.energy[0], truth
 
@@ -139,7 +139,7 @@ def test_cached_window_energy_is_within_3_percent_short_and_1_percent_long(h100,
         got, truth = _busy_window(monitor, length, exact)
         bound = 0.01 if length >= 1.0 else 0.03
         # Timer slack on a loaded machine moves the true edges by up to a few ms; allow that.
-        slack = 0.004 * zeus.sim.steady_state(0)[1]
+        slack = 0.004 * zeus.device.sim.steady_state(0)[1]
         assert abs(got - truth) <= bound * truth + slack, (length, got, truth)
 
 
@@ -162,18 +162,18 @@ def test_power_monitor_domains_on_a_load_step(h100):
     with PowerMonitor(update_period=0.05, power_domains=["device_instant", "device_average"]) as pm:
         assert pm.power_domains == ["device_instant", "device_average"]
         time.sleep(1.5)
-        t_a, e_a = time.time(), zeus.sim.true_energy(0)
+        t_a, e_a = time.time(), zeus.device.sim.true_energy(0)
         time.sleep(1.0)
-        t0, e0 = time.time(), zeus.sim.true_energy(0)
-        zeus.sim.set_busy(0, True)
+        t0, e0 = time.time(), zeus.device.sim.true_energy(0)
+        zeus.device.sim.set_busy(0, True)
         time.sleep(4.0)
-        zeus.sim.set_busy(0, False)
-        t1, e1 = time.time(), zeus.sim.true_energy(0)
+        zeus.device.sim.set_busy(0, False)
+        t1, e1 = time.time(), zeus.device.sim.true_energy(0)
         time.sleep(1.5)
-        t_b, e_b = time.time(), zeus.sim.true_energy(0)
+        t_b, e_b = time.time(), zeus.device.sim.true_energy(0)
     aligned = {d: pm.get_energy(t0, t1, power_domain=d)[0] for d in pm.power_domains}
     margins = {d: pm.get_energy(t_a, t_b, power_domain=d)[0] for d in pm.power_domains}
-    step_w = zeus.sim.steady_state(0)[1] - 70.0  # busy minus the H100's idle draw
+    step_w = zeus.device.sim.steady_state(0)[1] - 70.0  # busy minus the H100's idle draw
     assert abs(aligned["device_instant"] - (e1 - e0)) <= 0.1 * step_w + 0.01 * (e1 - e0)
     assert aligned["device_average"] < 0.93 * (e1 - e0)  # the lag
     assert margins["device_instant"] == pytest.approx(e_b - e_a, rel=0.02)
@@ -244,10 +244,10 @@ def test_zeus_016_timeline_export_and_measurement_names(sim_gpus):
     0.16 names them."""
     sim_gpus("A40,A40", clock="virtual")
     pm = PowerMonitor(power_domains=["device_instant", "device_average"])
-    t0 = zeus.sim.now()
-    zeus.sim.set_busy(1)
+    t0 = zeus.device.sim.now()
+    zeus.device.sim.set_busy(1)
     for _ in range(10):
-        zeus.sim.advance(0.1)
+        zeus.device.sim.advance(0.1)
         pm.sample_now()
     one = pm.get_power_timeline("device_instant", gpu_index=1, start_time=t0 + 0.25)
     assert list(one) == [1]
@@ -268,6 +268,6 @@ def test_zeus_016_timeline_export_and_measurement_names(sim_gpus):
         PowerMonitor(update_period=0.1, gpu_update_period=0.1)
     monitor = ZeusMonitor()
     monitor.begin_window("w", sync_cuda=False)
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     m = monitor.end_window("w", sync_cuda=False)
     assert m.gpu_energy == m.energy and m.gpu_energy[1] > m.gpu_energy[0]

@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from zeus.monitor import Measurement, PowerMonitor, ZeusMonitor
@@ -17,7 +17,7 @@ COUNTER_TOL = 2e-3
 
 
 def true_energies(n: int) -> list[float]:
-    return [zeus.sim.true_energy(i) for i in range(n)]
+    return [zeus.device.sim.true_energy(i) for i in range(n)]
 
 
 def test_measurement_is_a_plain_value():
@@ -45,20 +45,20 @@ def test_window_key_rules(sim_gpus):
         mon.begin_window("train")
     with pytest.raises(ValueError, match=r"^Measurement window 'eval' does not exist$"):
         mon.end_window("eval")
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     mon.end_window("train")
     with pytest.raises(ValueError, match="'train' does not exist"):
         mon.end_window("train")
     # A closed key can be reused.
     mon.begin_window("train")
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     assert mon.end_window("train").time == pytest.approx(1.0)
 
 
 def test_nested_and_overlapping_windows_over_several_gpus(sim_gpus):
     sim_gpus("A40,V100,A100")
     mon = ZeusMonitor()
-    t = zeus.sim.now
+    t = zeus.device.sim.now
     marks = {}
 
     def begin(k: str) -> None:
@@ -76,16 +76,16 @@ def test_nested_and_overlapping_windows_over_several_gpus(sim_gpus):
         return m
 
     begin("outer")
-    zeus.sim.set_busy(0)
-    zeus.sim.advance(2.0)
+    zeus.device.sim.set_busy(0)
+    zeus.device.sim.advance(2.0)
     begin("a")
-    zeus.sim.set_busy(1)
-    zeus.sim.advance(1.0)
+    zeus.device.sim.set_busy(1)
+    zeus.device.sim.advance(1.0)
     begin("b")  # overlaps a
-    zeus.sim.advance(3.0)
+    zeus.device.sim.advance(3.0)
     a = end("a")
-    zeus.sim.set_busy(2)
-    zeus.sim.advance(1.5)
+    zeus.device.sim.set_busy(2)
+    zeus.device.sim.advance(1.5)
     b = end("b")
     outer = end("outer")
     assert outer.time == pytest.approx(a.time + 2.0 + 1.5)
@@ -99,7 +99,7 @@ def test_cancel_returns_zeros_and_logs_nothing(sim_gpus, tmp_path: Path):
     log = tmp_path / "log.csv"
     mon = ZeusMonitor(gpu_indices=[1, 0], log_file=log)
     mon.begin_window("x")
-    zeus.sim.advance(5.0)
+    zeus.device.sim.advance(5.0)
     m = mon.end_window("x", cancel=True)
     assert m == Measurement(time=0.0, energy={1: 0.0, 0: 0.0})
     assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
@@ -113,17 +113,17 @@ def test_log_file_format_and_flush(sim_gpus, tmp_path: Path):
     mon = ZeusMonitor(gpu_indices=[1, 0], log_file=log)
     assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
     mon.begin_window("outer")
-    t_outer = zeus.sim.now()
-    zeus.sim.advance(1.0)
+    t_outer = zeus.device.sim.now()
+    zeus.device.sim.advance(1.0)
     mon.begin_window("inner")
-    t_inner = zeus.sim.now()
-    zeus.sim.advance(0.5)
+    t_inner = zeus.device.sim.now()
+    zeus.device.sim.advance(0.5)
     inner = mon.end_window("inner")
     # Flushed per row: readable while the monitor is alive.
     rows = log.read_text().splitlines()
     assert len(rows) == 2
     assert rows[1] == f"{t_inner},inner,{inner.time},{inner.energy[1]},{inner.energy[0]}"
-    zeus.sim.advance(0.25)
+    zeus.device.sim.advance(0.25)
     outer = mon.end_window("outer")
     rows = log.read_text().splitlines()
     assert rows[2] == f"{t_outer},outer,{outer.time},{outer.energy[1]},{outer.energy[0]}"
@@ -145,10 +145,10 @@ def test_pre_volta_p100_integrates_power_timeline(sim_gpus):
     step = 0.005
     for phase in range(6):
         busy = phase % 2 == 0
-        zeus.sim.set_busy(0, busy)
-        zeus.sim.set_busy(1, busy)
+        zeus.device.sim.set_busy(0, busy)
+        zeus.device.sim.set_busy(1, busy)
         for _ in range(int((0.7 + 0.3 * phase) / step)):
-            zeus.sim.advance(step)
+            zeus.device.sim.advance(step)
             pm.sample_now()
     m = mon.end_window("train")
     e1 = true_energies(2)
@@ -174,14 +174,14 @@ def test_approx_instant_energy_fills_windows_the_counter_missed(sim_gpus):
     mon = ZeusMonitor(approx_instant_energy=True)
     assert mon.approx_instant_energy
     mon.begin_window("tiny")
-    zeus.sim.advance(1e-5)  # 0.3 mJ at 30 W idle: the mJ counter does not move
+    zeus.device.sim.advance(1e-5)  # 0.3 mJ at 30 W idle: the mJ counter does not move
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m = mon.end_window("tiny")
     assert m.energy[0] == pytest.approx(30.0 * 1e-5, rel=0.02)
     plain = ZeusMonitor()
     plain.begin_window("tiny")
-    zeus.sim.advance(1e-5)
+    zeus.device.sim.advance(1e-5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert plain.end_window("tiny").energy[0] == 0.0
@@ -192,15 +192,15 @@ def test_short_window_warns_once_per_key(sim_gpus):
     mon = ZeusMonitor()
     with pytest.warns(UserWarning, match=r"'step' lasted .* shorter than .* update period"):
         mon.begin_window("step")
-        zeus.sim.advance(0.01)
+        zeus.device.sim.advance(0.01)
         mon.end_window("step")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         mon.begin_window("step")
-        zeus.sim.advance(0.01)
+        zeus.device.sim.advance(0.01)
         mon.end_window("step")
         mon.begin_window("long")
-        zeus.sim.advance(1.0)
+        zeus.device.sim.advance(1.0)
         mon.end_window("long")
     with pytest.warns(UserWarning, match="'other'"):
         mon.begin_window("other")
@@ -214,9 +214,9 @@ def test_counter_and_timeline_disagreement_is_reported(sim_gpus):
     # Agreement: the timeline is sampled densely.
     mon.begin_window("dense")
     pm.sample_now()
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     for _ in range(200):
-        zeus.sim.advance(0.01)
+        zeus.device.sim.advance(0.01)
         pm.sample_now()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -224,10 +224,10 @@ def test_counter_and_timeline_disagreement_is_reported(sim_gpus):
     # Disagreement: the timeline misses a long idle stretch inside a busy one.
     mon.begin_window("sparse")
     pm.sample_now()
-    zeus.sim.set_busy(0, False)
-    zeus.sim.advance(3.0)
-    zeus.sim.set_busy(0, True)
-    zeus.sim.advance(0.01)
+    zeus.device.sim.set_busy(0, False)
+    zeus.device.sim.advance(3.0)
+    zeus.device.sim.set_busy(0, True)
+    zeus.device.sim.advance(0.01)
     pm.sample_now()
     with pytest.warns(UserWarning, match=r"GPU 0's energy counter says .* power timeline"):
         mon.end_window("sparse")
@@ -241,13 +241,13 @@ def test_cuda_visible_devices_maps_framework_indices(sim_gpus, tmp_path: Path):
     mon = ZeusMonitor(gpu_indices=[1], log_file=log)
     assert mon.power_monitor is None  # framework GPU 1 is the A40, which has a counter
     assert log.read_text().startswith("start_time,window_name,elapsed_time,gpu1_energy\n")
-    zeus.sim.set_busy(0)  # physical A40
-    e0 = zeus.sim.true_energy(0)
+    zeus.device.sim.set_busy(0)  # physical A40
+    e0 = zeus.device.sim.true_energy(0)
     mon.begin_window("w")
-    zeus.sim.advance(2.0)
+    zeus.device.sim.advance(2.0)
     m = mon.end_window("w")
     assert set(m.energy) == {1}
-    assert m.energy[1] == pytest.approx(zeus.sim.true_energy(0) - e0, abs=COUNTER_TOL)
+    assert m.energy[1] == pytest.approx(zeus.device.sim.true_energy(0) - e0, abs=COUNTER_TOL)
     all_visible = ZeusMonitor()
     assert all_visible.gpu_indices == [0, 1]
     assert all_visible._has_counter == [False, True]
@@ -280,11 +280,11 @@ def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
     mon = ZeusMonitor(gpu_indices=[1, 0])
     mon.begin_window("w")
     assert calls == [1, 0]
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     mon.end_window("w", sync_cuda=False)
     assert calls == [1, 0]
     mon.begin_window("v", sync_cuda=False)
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     mon.end_window("v")
     assert calls == [1, 0, 1, 0]
 
@@ -292,13 +292,13 @@ def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
 def test_measurement_states_show_open_windows(sim_gpus):
     sim_gpus("A40,P100")
     mon = ZeusMonitor()
-    zeus.sim.advance(1.0)
+    zeus.device.sim.advance(1.0)
     mon.begin_window("w")
     t, e = mon.measurement_states["w"]
-    assert t == zeus.sim.now()
+    assert t == zeus.device.sim.now()
     assert set(e) == {0}  # only GPUs with a counter
-    assert e[0] == pytest.approx(zeus.sim.true_energy(0), abs=COUNTER_TOL)
-    zeus.sim.advance(1.0)
+    assert e[0] == pytest.approx(zeus.device.sim.true_energy(0), abs=COUNTER_TOL)
+    zeus.device.sim.advance(1.0)
     mon.end_window("w")
     assert mon.measurement_states == {}
 
@@ -326,23 +326,23 @@ def test_any_interleaving_of_windows_matches_ground_truth(sim_gpus, ops):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # short windows warn; irrelevant here
         for key, begin, dt, toggle in ops:
-            zeus.sim.advance(dt)
+            zeus.device.sim.advance(dt)
             if toggle is not None:
-                zeus.sim.set_busy(toggle, not zeus.sim.is_busy(toggle))
+                zeus.device.sim.set_busy(toggle, not zeus.device.sim.is_busy(toggle))
             if begin:
                 if key in model:
                     with pytest.raises(ValueError, match="already exists"):
                         mon.begin_window(key)
                 else:
                     mon.begin_window(key)
-                    model[key] = (zeus.sim.now(), true_energies(2))
+                    model[key] = (zeus.device.sim.now(), true_energies(2))
             elif key not in model:
                 with pytest.raises(ValueError, match="does not exist"):
                     mon.end_window(key)
             else:
                 m = mon.end_window(key)
                 t0, e0 = model.pop(key)
-                assert m.time == pytest.approx(zeus.sim.now() - t0, abs=1e-6)
+                assert m.time == pytest.approx(zeus.device.sim.now() - t0, abs=1e-6)
                 e1 = true_energies(2)
                 for i in range(2):
                     assert m.energy[i] == pytest.approx(e1[i] - e0[i], abs=COUNTER_TOL)
@@ -355,11 +355,11 @@ def test_pre_volta_on_the_real_clock_samples_in_the_background(sim_gpus):
     sim_gpus("P100", clock="real")
     mon = ZeusMonitor()
     assert mon.power_monitor.running
-    zeus.sim.set_busy(0)
-    e0 = zeus.sim.true_energy(0)
+    zeus.device.sim.set_busy(0)
+    e0 = zeus.device.sim.true_energy(0)
     mon.begin_window("w", sync_cuda=False)
     time.sleep(0.4)
     m = mon.end_window("w", sync_cuda=False)
-    want = zeus.sim.true_energy(0) - e0
+    want = zeus.device.sim.true_energy(0) - e0
     assert m.energy[0] == pytest.approx(want, rel=0.05)
     assert mon.power_monitor.num_samples >= 10

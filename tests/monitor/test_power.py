@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from zeus.monitor import PowerMonitor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,22 +29,22 @@ def test_virtual_clock_is_manual_and_integrates_exactly(sim_gpus):
     assert not pm.running
     assert pm.get_power() is None
     assert pm.get_energy(0.0, 1e12) is None
-    t0 = zeus.sim.now()
-    e0 = [zeus.sim.true_energy(i) for i in range(2)]
+    t0 = zeus.device.sim.now()
+    e0 = [zeus.device.sim.true_energy(i) for i in range(2)]
     assert pm.sample_now()
     assert not pm.sample_now()  # the clock did not move
     assert pm.get_energy(t0, t0 + 1) is None  # one point is not enough
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     for _ in range(500):
-        zeus.sim.advance(0.01)
+        zeus.device.sim.advance(0.01)
         pm.sample_now()
-    t1 = zeus.sim.now()
+    t1 = zeus.device.sim.now()
     energy = pm.get_energy(t0, t1)
     assert list(energy) == [1, 0]
     for i in range(2):
-        assert energy[i] == pytest.approx(zeus.sim.true_energy(i) - e0[i], rel=0.02)
+        assert energy[i] == pytest.approx(zeus.device.sim.true_energy(i) - e0[i], rel=0.02)
     power = pm.get_power()
-    assert power[0] == pytest.approx(zeus.sim.true_power(0), rel=0.02)
+    assert power[0] == pytest.approx(zeus.device.sim.true_power(0), rel=0.02)
     times, cols = pm.timeline()
     assert len(times) == pm.num_samples == 501
     assert times == sorted(times)
@@ -78,11 +78,11 @@ def test_timeline_is_bounded(sim_gpus):
     pm = PowerMonitor(update_period=0.001, max_samples=100)
     assert pm.max_samples == 100
     for _ in range(1000):
-        zeus.sim.advance(0.001)
+        zeus.device.sim.advance(0.001)
         pm.sample_now()
     assert pm.num_samples == 100
     times, _ = pm.timeline()
-    assert times[0] == pytest.approx(zeus.sim.now() - 0.099)
+    assert times[0] == pytest.approx(zeus.device.sim.now() - 0.099)
     assert pm.bytes_per_sample <= 16
     assert pm.allocated_bytes <= 100 * (8 + 4 * 4)
 
@@ -105,7 +105,7 @@ def test_bad_arguments(sim_gpus, kwargs, match):
 
 def _fake_nvml() -> Path:
     try:
-        return zeus.sim.nvml_library_path()
+        return zeus.device.sim.nvml_library_path()
     except FileNotFoundError:
         for cand in ("target/debug/libnvidia_ml.so", "target/bundle/debug/libnvidia_ml.so"):
             if (REPO / cand).is_file():
@@ -117,7 +117,7 @@ def test_update_period_detected_by_sampling_through_nvml(monkeypatch):
     """NVML does not publish the update period: it is detected by watching the reading change."""
     monkeypatch.setenv("ZEUS_NVML_LIB", str(_fake_nvml()))
     monkeypatch.setenv("ZEUS_SIM_GPUS", "V100")  # 20 ms update period in the simulator
-    zeus.sim.reset()
+    zeus.device.sim.reset()
     gpus = zeus.device.get_gpus()
     assert gpus.backend == "nvml"
     # Measured by watching the reading change (the simulated V100 updates every 20 ms).

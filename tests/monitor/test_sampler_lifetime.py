@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from zeus.monitor import ZeusMonitor
 
 # Linux truncates thread names to 15 characters.
@@ -71,7 +71,7 @@ def test_a_forked_child_measures_with_direct_reads_and_can_start_its_own_sampler
         try:
             os.close(r)
             monitor.begin_window("child", sync_cuda=False)
-            zeus.sim.set_busy(0, True)
+            zeus.device.sim.set_busy(0, True)
             time.sleep(0.5)
             m = monitor.end_window("child", sync_cuda=False)
             fresh = ZeusMonitor(reads="cached")
@@ -116,7 +116,7 @@ def test_temperature_monitor_rides_the_shared_sampler(sim_gpus):
     from zeus.monitor import TemperatureMonitor
 
     sim_gpus("H100,A40", clock="real", fidelity="ideal")
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     assert sampler_threads() == 0
     with TemperatureMonitor(update_period=0.05, max_samples_per_gpu=5) as tm:
         energy = ZeusMonitor(reads="cached")

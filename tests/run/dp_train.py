@@ -11,7 +11,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-import zeus.sim
+import zeus.device.sim
 from torch.utils.data import DistributedSampler, TensorDataset
 from zeus.run import ZeusDataLoader
 from zeus.util.metric import ZeusCostThresholdExceededError
@@ -39,7 +39,7 @@ def main() -> int:
             epochs += 1
             for _batch in train:
                 if a.rank == 0:
-                    zeus.sim.run(0.04, [0, 1])
+                    zeus.device.sim.run(0.04, [0, 1])
             train.report_metric(0.0, higher_is_better=True)  # never reaches the target
     except ZeusCostThresholdExceededError as e:
         print(f"stopped after {epochs} epochs: {e}", flush=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-import zeus.sim
+import zeus.device.sim
 from zeus.run import JobSession
 from zeus.util.metric import ZeusCostThresholdExceededError
 
@@ -35,11 +35,11 @@ def main() -> int:
             s.begin_epoch("train")
             for _ in range(iters):
                 s.before_train_iteration()
-                zeus.sim.run(a.bs / 1024, [0])
+                zeus.device.sim.run(a.bs / 1024, [0])
             s.end_epoch("train")
             s.begin_epoch("eval")
             for _ in range(a.eval_iters):
-                zeus.sim.run(0.05, [0])
+                zeus.device.sim.run(0.05, [0])
             s.end_epoch("eval")
             target = converge.get(a.bs)
             metric = 1.0 if target is not None and epoch + 1 >= target else 0.0

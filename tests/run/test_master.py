@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from zeus.job import Job
 from zeus.policy import PruningGTSBatchSizeOptimizer
 from zeus.run import JobSession, ZeusMaster
@@ -37,11 +37,11 @@ def train(session: JobSession, bs: int, reach_at: int | None, eval_iters: int = 
         session.begin_epoch("train")
         for _ in range(session.train_iters):
             session.before_train_iteration()
-            zeus.sim.run(bs / 1024, [0])
+            zeus.device.sim.run(bs / 1024, [0])
         session.end_epoch("train")
         session.begin_epoch("eval")
         for _ in range(eval_iters):
-            zeus.sim.run(0.05, [0])
+            zeus.device.sim.run(0.05, [0])
         session.end_epoch("eval")
         session.report_metric(float(reach_at is not None and epoch + 1 >= reach_at), True)
     return seen
@@ -49,7 +49,7 @@ def train(session: JobSession, bs: int, reach_at: int | None, eval_iters: int = 
 
 def expected_optimal_pl(eta: float = 0.5) -> int:
     """Optimum of the simulated A40's workload curve in W (cost per unit of work)."""
-    pts = zeus.sim.workload_points(0)
+    pts = zeus.device.sim.workload_points(0)
     max_w = max(p for p, _, _ in pts)
     return int(min(pts, key=lambda x: (eta * x[2] + (1 - eta) * max_w) * x[1])[0])
 
@@ -140,8 +140,11 @@ def test_power_limit_steps_and_optimum() -> None:
     ]
     power = {300_000: 300.0, 200_000: 150.0}
     tput = {300_000: 10.0, 200_000: 9.0}
-    assert compute_optimal_pl(power, tput, 0.5, 300) == 200_000
-    assert compute_optimal_pl(power, tput, 0.0, 300) == 300_000
+    assert compute_optimal_pl(power, tput, 0.5) == 200_000
+    assert compute_optimal_pl(power, tput, 0.0) == 300_000
+    # Two GPUs: the same per-GPU figures, summed, choose the same limit.
+    doubled = {pl: 2 * p for pl, p in power.items()}
+    assert compute_optimal_pl(doubled, tput, 0.5, world_size=2) == 200_000
 
 
 CONVERGE = "32:3,64:2,128:4"
@@ -289,12 +292,12 @@ def test_zeus_dataloader_with_a_tiny_cpu_model(a40, tmp_path: Path) -> None:
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(model(xb), yb).backward()
                 opt.step()
-                zeus.sim.run(0.05, [0])  # the GPU's share of the step
+                zeus.device.sim.run(0.05, [0])  # the GPU's share of the step
             correct = 0
             with torch.no_grad():
                 for xb, yb in eval_loader:
                     correct += int((model(xb).argmax(1) == yb).sum())
-                    zeus.sim.run(0.05, [0])
+                    zeus.device.sim.run(0.05, [0])
             train_loader.report_metric(correct / len(data), higher_is_better=True)
     finally:
         ZeusDataLoader.reset()

@@ -67,14 +67,9 @@ def test_fast_and_python_paths_agree_on_the_toy_job(tmp_path: Path) -> None:
     # bs 16 epoch cost: 100 W (40+100)*10 = 1400, 200 W (75+100)*7.5 = 1312.5.
     assert hist[-1].bs == 16 and hist[-1].pl == 200 and hist[-1].reached
 
-    # A subclass takes the Python callback path; same decisions on this noise-free trace.
-    class Mine(PruningGTSBatchSizeOptimizer):
-        pass
-
-    slow = toy_sim(tmp_path, Mine(seed=1, verbose=False))
-    hist2 = slow.simulate_one_job(TOY, 20, 2.0, 0.5)
-    assert [h.bs for h in hist2][-5:] == [16] * 5
-    assert sum(h.reached for h in hist2) == 20
+    # A subclass takes the Python callback path: one policy core, so the same runs.
+    slow = toy_sim(tmp_path, _PythonPath(seed=1, verbose=False))
+    assert slow.simulate_one_job(TOY, 20, 2.0, 0.5) == hist
 
 
 def test_user_policy_objects_are_called_and_not_mutated(tmp_path: Path) -> None:
@@ -346,23 +341,28 @@ def test_statistical_agreement_with_the_reference_simulator(traces: Path) -> Non
         assert ours_t == pytest.approx(ref_t, rel=0.05), key
 
 
-def test_numpy_paths_reproduce_the_reference_trajectory(traces: Path) -> None:
-    """With `path_rng="numpy"` and the Python policies, every run matches the reference.
+class _PythonPath(PruningGTSBatchSizeOptimizer):
+    """The built-in policy as a user policy: the simulator calls it back from the Rust loop."""
 
-    `reference_trajectories.json` holds histories of zeus-ml 0.8.2's simulator for the same
-    seeds; batch sizes, power limits and outcomes must agree exactly, energies and times to
-    rounding.
+
+@pytest.mark.parametrize("path", ["rust", "python callbacks"])
+def test_every_run_matches_the_reference_trajectory(traces: Path, path: str) -> None:
+    """The one implementation of the Zeus policy makes the reference's decisions, run for run.
+
+    `reference_trajectories.json` holds histories of zeus-ml 0.8.2's simulator for several
+    jobs and seeds; batch sizes, power limits and outcomes must agree exactly, energies and
+    times to rounding, whether the policy runs inside the Rust loop or is called back.
     """
     golden = json.loads(Path(__file__).with_name("reference_trajectories.json").read_text())
+    bso_class = PruningGTSBatchSizeOptimizer if path == "rust" else _PythonPath
     for case in golden["cases"]:
         gpu, workload, seed = case["gpu"], case["workload"], case["seed"]
         sim = Simulator(
             traces / "summary_train.csv",
             traces / f"summary_power_{gpu}.csv",
-            PruningGTSBatchSizeOptimizer(seed=seed, verbose=False),
+            bso_class(seed=seed, verbose=False),
             JITPowerLimitOptimizer(verbose=False),
             seed=seed,
-            path_rng="numpy",
         )
         job = builtin_job(workload)
         table = sim.table(job)
@@ -378,18 +378,6 @@ def test_numpy_paths_reproduce_the_reference_trajectory(traces: Path) -> None:
         ref = case["history"]
         assert len(hist) == len(ref), (gpu, workload)
         for i, (h, (bs, pl, energy, reached, time)) in enumerate(zip(hist, ref)):
-            assert (h.bs, h.pl, h.reached) == (bs, pl, reached), (gpu, workload, i)
+            assert (h.bs, h.pl, h.reached) == (bs, pl, reached), (gpu, workload, seed, i)
             assert h.energy == pytest.approx(energy, rel=1e-12)
             assert h.time == pytest.approx(time, rel=1e-12)
-
-
-def test_path_rng_is_checked(tmp_path: Path) -> None:
-    d = small_traces(tmp_path)
-    with pytest.raises(ValueError, match="path_rng.*'mt'"):
-        Simulator(
-            d / "summary_train.csv",
-            d / "summary_power_toy.csv",
-            PruningGTSBatchSizeOptimizer(),
-            JITPowerLimitOptimizer(),
-            path_rng="mt",
-        )  # type: ignore[arg-type]

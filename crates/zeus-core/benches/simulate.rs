@@ -10,8 +10,12 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use zeus_core::simulate::trace::{parse_power, parse_train, PowerRow, TrainRow};
-use zeus_core::simulate::{builtin_job, default_recurrences, JobTable, Knobs};
+use zeus_core::optimizer::recurring::simulator::trace::{
+    parse_power, parse_train, PowerRow, TrainRow,
+};
+use zeus_core::optimizer::recurring::simulator::{
+    builtin_job, default_recurrences, JobTable, Knobs,
+};
 
 fn synthetic() -> (String, String) {
     let mut train = String::from(

@@ -5,7 +5,6 @@
 pub mod device;
 pub mod monitor;
 pub mod optimizer;
-pub mod simulate;
 pub mod util;
 
 #[cfg(feature = "python")]

@@ -344,20 +344,20 @@ def test_bearer_token(
 def test_with_real_zeus_monitor_on_simulated_v100(
     url: str, sim_gpus: Callable[..., Any], db: Database, no_atexit: list
 ) -> None:
-    import zeus.sim
+    import zeus.device.sim
     from zeus.monitor import ZeusMonitor
 
     sim_gpus("V100", clock="virtual")
     monitor = ZeusMonitor(gpu_indices=[0])
     bso = BatchSizeOptimizer(monitor, url, spec(beta_knob=None, max_epochs=5))
     bso.get_batch_size()
-    start_energy = zeus.sim.true_energy(0)
+    start_energy = zeus.device.sim.true_energy(0)
     seconds = 0.0
     bso.on_train_begin()
     for metric in (0.1, 0.2, 0.7):
-        seconds += zeus.sim.run(1.0, [0])  # One epoch of simulated work (virtual clock).
+        seconds += zeus.device.sim.run(1.0, [0])  # One epoch of simulated work (virtual clock).
         bso.on_evaluate(metric)
-    joules = zeus.sim.true_energy(0) - start_energy
+    joules = zeus.device.sim.true_energy(0) - start_energy
     assert bso.training_finished
     ((t, e, converged, reports),) = db.query(
         "SELECT time, energy, converged, report_count FROM bso_trial WHERE job_id = :j",

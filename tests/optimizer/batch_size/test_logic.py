@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Generator
 
@@ -204,6 +205,8 @@ def test_thompson_predict_rules(arms: list[ArmState], k: int, seed: int) -> None
     assert dump_rng(rng) == dump_rng(twin)
     chosen = next(a for a in arms if a.batch_size == bs)
     under_explored = [a for a in arms if a.num_observations < k or a.num_observations == 0]
+    # The state is numpy's: numpy continues it draw for draw.
+    assert json.loads(dump_rng(rng))["bit_generator"] == "PCG64"
     if under_explored:
         assert chosen in under_explored
     elif all(math.isinf(a.param_precision) for a in arms):
@@ -212,7 +215,7 @@ def test_thompson_predict_rules(arms: list[ArmState], k: int, seed: int) -> None
 
 
 def test_thompson_predict_prefers_clearly_better_arm() -> None:
-    rng = np.random.default_rng(0)
+    rng = load_rng(new_rng_state(0))
     arms = [ArmState(32, -100.0, 1.0, 1.0, 5), ArmState(64, -90.0, 1.0, 1.0, 5)]
     picks = [thompson_predict(arms, 2, rng) for _ in range(200)]
     assert picks.count(64) > 190
@@ -264,3 +267,21 @@ def test_decide_report_rule(
         assert d.message == "Train succeeded"
     else:
         assert d.message == f"Train failed to converge within max_epoch({max_epochs})"
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 2**63), arm_sets())
+def test_generator_state_is_numpys_before_and_after_a_decision(
+    seed: int, arms: list[ArmState]
+) -> None:
+    """Stored states stay numpy's JSON, and a decision consumes the stream as numpy would."""
+    assert new_rng_state(seed) == json.dumps(np.random.default_rng(seed).bit_generator.state)
+    sampled = [ArmState(a.batch_size, a.param_mean, a.param_precision, 1.0, 5) for a in arms]
+    rng = load_rng(new_rng_state(seed))
+    thompson_predict(sampled, 2, rng)
+    twin = np.random.default_rng(seed)
+    twin.choice(np.array([a.batch_size for a in sampled]), len(sampled), replace=False)
+    for a in sampled:
+        scale = 0.0 if math.isinf(a.param_precision) else math.sqrt(1 / a.param_precision)
+        twin.normal(a.param_mean, scale)
+    assert json.loads(dump_rng(rng)) == twin.bit_generator.state

@@ -66,7 +66,7 @@ def make(url: str, rank: int = 0, pp: int = 1, **kw) -> PerseusOptimizer:
 
 
 def test_runs_plan_reports_and_enforces_order(server, sim_gpus):
-    import zeus.sim
+    import zeus.device.sim
 
     sim_gpus("A40")
     url = server("AllMaxFrequency", num_microbatches=2)
@@ -77,7 +77,7 @@ def test_runs_plan_reports_and_enforces_order(server, sim_gpus):
         opt.on_step_begin()
         for name, _ in opt.schedule:
             opt.on_instruction_begin(name)
-            zeus.sim.run(1.0 if name == "forward" else 2.0, [0])
+            zeus.device.sim.run(1.0 if name == "forward" else 2.0, [0])
             opt.on_instruction_end(name)
         opt.on_step_end()
         res = opt.last_result
@@ -101,7 +101,7 @@ def test_runs_plan_reports_and_enforces_order(server, sim_gpus):
     finally:
         opt.close()
     # Clocks are back to default after close().
-    assert zeus.sim.steady_state(0)[0] == pytest.approx(1.0)
+    assert zeus.device.sim.steady_state(0)[0] == pytest.approx(1.0)
 
 
 def test_two_ranks_find_the_job_by_metadata_or_id(server, sim_gpus):

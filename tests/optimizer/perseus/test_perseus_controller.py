@@ -10,7 +10,7 @@ import textwrap
 import time
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from childproc import default_sigint, finish
 from zeus import _core
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
@@ -18,17 +18,17 @@ from zeus.optimizer.perseus.frequency_controller import FrequencyController
 
 def test_applies_and_restores(sim_gpus):
     gpus = sim_gpus("A40")
-    base = zeus.sim.steady_state(0)
+    base = zeus.device.sim.steady_state(0)
     with FrequencyController(0, gpus) as c:
         assert c.frequency == c.max_frequency == 1740
         c.set_frequency(975)
         assert c.wait(timeout=5)
         assert c.frequency == 975
-        slow = zeus.sim.steady_state(0)
+        slow = zeus.device.sim.steady_state(0)
         assert slow[0] > base[0] * 1.5 and slow[1] < base[1]
         c.set_frequency(0)  # ignored, like the reference
         assert c.wait(timeout=5) and c.frequency == 975
-    assert zeus.sim.steady_state(0) == base
+    assert zeus.device.sim.steady_state(0) == base
     with pytest.raises(RuntimeError, match="ended"):
         c.set_frequency(1000)
     c.end()  # idempotent
@@ -90,15 +90,15 @@ CHILD = textwrap.dedent(
     """
     import atexit, os, signal, sys, time
     os.environ.update(ZEUS_GPU_BACKEND="sim", ZEUS_SIM_CLOCK="virtual")
-    import zeus.sim
+    import zeus.device.sim
     from zeus.device import get_gpus
     from zeus.optimizer.perseus.frequency_controller import FrequencyController
     from zeus.util import signals
     gpus = get_gpus()
-    base = zeus.sim.steady_state(0)
+    base = zeus.device.sim.steady_state(0)
 
     def show(when):
-        state = "UNLOCKED" if zeus.sim.steady_state(0) == base else "LOCKED"
+        state = "UNLOCKED" if zeus.device.sim.steady_state(0) == base else "LOCKED"
         print(state, when, flush=True)
 
     # Runs after the controller's reset: exit hooks run last-in first-out, signal cleanups in

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from childproc import finish
 from zeus import _core
 from zeus.device.__main__ import main as device_cli
@@ -60,7 +60,7 @@ def test_sigkill_leaves_a_clock_entry_that_the_cli_restores(
     sim_gpus: Any, journal_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gpus = sim_gpus("A40")
-    base = zeus.sim.steady_state(0)
+    base = zeus.device.sim.steady_state(0)
     child = spawn_and_kill(0)
 
     [entry] = _core.journal_entries(journal_dir)
@@ -76,12 +76,12 @@ def test_sigkill_leaves_a_clock_entry_that_the_cli_restores(
     assert f"process {child}, gone" in listing.stdout
 
     lock_own_clocks(gpus, 0)
-    assert zeus.sim.steady_state(0) != base
+    assert zeus.device.sim.steady_state(0) != base
     capsys.readouterr()
     assert device_cli(["restore"]) == 0
     out = capsys.readouterr().out
     assert f"unlocked GPU and memory clocks (journaled by process {child})" in out
-    assert zeus.sim.steady_state(0) == base
+    assert zeus.device.sim.steady_state(0) == base
     assert _core.journal_entries(journal_dir) == []
 
 
@@ -111,16 +111,16 @@ def test_a_new_controller_restores_a_killed_controllers_clocks(
     # The killed run used the A40 (GPU 1); the new controller runs on the V100 (GPU 0), so the
     # A40's state shows the restore alone and not the new controller's own locking.
     gpus = sim_gpus("V100,A40")
-    base = zeus.sim.steady_state(1)
+    base = zeus.device.sim.steady_state(1)
     child = spawn_and_kill(1)
     [stale] = _core.journal_entries(journal_dir)
     assert (stale["uuid"], stale["pid"]) == (gpus.get_uuid(1), child)
 
     lock_own_clocks(gpus, 1)
-    assert zeus.sim.steady_state(1) != base
+    assert zeus.device.sim.steady_state(1) != base
     c = FrequencyController(0, gpus)
     try:
-        assert zeus.sim.steady_state(1) == base
+        assert zeus.device.sim.steady_state(1) == base
         [entry] = _core.journal_entries(journal_dir)
         assert (entry["kind"], entry["uuid"], entry["pid"]) == (
             "clocks",
@@ -136,7 +136,7 @@ def test_journals_before_the_first_change_and_clears_after_reset(
     sim_gpus: Any, journal_dir: Path
 ) -> None:
     gpus = sim_gpus("A40")
-    base = zeus.sim.steady_state(0)
+    base = zeus.device.sim.steady_state(0)
     with FrequencyController(0, gpus) as c:
         # Journaled as this process's before the locks at the maxima.
         [entry] = _core.journal_entries(journal_dir)
@@ -144,10 +144,10 @@ def test_journals_before_the_first_change_and_clears_after_reset(
         assert entry["gpu_clocks"] and entry["memory_clocks"]
         c.set_frequency(900)
         assert c.wait(timeout=5)
-        assert zeus.sim.steady_state(0) != base
+        assert zeus.device.sim.steady_state(0) != base
         assert _core.journal_entries(journal_dir) == [entry]
     assert _core.journal_entries(journal_dir) == []
-    assert zeus.sim.steady_state(0) == base
+    assert zeus.device.sim.steady_state(0) == base
 
 
 def test_a_failed_reset_is_logged_and_keeps_the_entry(
@@ -188,10 +188,10 @@ def test_unwritable_journal_warns_and_still_resets(
     blocker.write_text("")
     monkeypatch.setenv("ZEUS_STATE_DIR", str(blocker / "state"))
     gpus = sim_gpus("A40")
-    base = zeus.sim.steady_state(0)
+    base = zeus.device.sim.steady_state(0)
     with caplog.at_level(logging.WARNING), FrequencyController(0, gpus) as c:
         c.set_frequency(900)
         assert c.wait(timeout=5)
-        assert zeus.sim.steady_state(0) != base
+        assert zeus.device.sim.steady_state(0) != base
     assert "cannot journal GPU 0's original clock locks" in caplog.text
-    assert zeus.sim.steady_state(0) == base
+    assert zeus.device.sim.steady_state(0) == base

@@ -22,14 +22,15 @@ import torch.distributed as dist
 rank, port = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 
-import zeus.sim
+import zeus.device.sim
 from zeus.monitor import ZeusMonitor
 from zeus.optimizer import GlobalPowerLimitOptimizer
 
 if rank == 1:
     # A workload that slows down much more at low power limits than rank 0's.
-    pts = [(p, t * (1 + 2.0 * (300 - p) / 200), a) for p, t, a in zeus.sim.workload_points(0)]
-    zeus.sim.set_workload(0, pts)
+    base = zeus.device.sim.workload_points(0)
+    pts = [(p, t * (1 + 2.0 * (300 - p) / 200), a) for p, t, a in base]
+    zeus.device.sim.set_workload(0, pts)
 
 monitor = ZeusMonitor(gpu_indices=[0])
 local = []
@@ -46,7 +47,7 @@ for epoch in range(4):
     plo.on_epoch_begin()
     for _ in range(20):  # epochs end mid-profile: interruptions happen in lockstep too
         plo.on_step_begin()
-        zeus.sim.run(0.002)
+        zeus.device.sim.run(0.002)
         plo.on_step_end()
     plo.on_epoch_end()
 print("RESULT", json.dumps({

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from plo_helpers import WindowMonitor
 from zeus.optimizer import GlobalPowerLimitOptimizer, HFGlobalPowerLimitOptimizer
 from zeus.optimizer.power_limit import Done, ZeusCost
@@ -45,7 +45,7 @@ class AdvanceSimulator(transformers.TrainerCallback):
     """Each training step does a little work on the simulated GPU (so time and energy pass)."""
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
-        zeus.sim.run(0.01)
+        zeus.device.sim.run(0.01)
 
 
 def test_trainer_profiles_and_settles(

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 import zeus
-import zeus.sim
+import zeus.device.sim
 from childproc import default_sigint, finish, ignore_sigint
 from plo_helpers import WindowMonitor
 from zeus import _core
@@ -35,7 +35,7 @@ from zeus.optimizer.power_limit import optimizer as optimizer_module
 def run_steps(plo: GlobalPowerLimitOptimizer, n: int, work: float = 0.01) -> None:
     for _ in range(n):
         plo.on_step_begin()
-        zeus.sim.run(work)
+        zeus.device.sim.run(work)
         plo.on_step_end()
 
 
@@ -79,7 +79,7 @@ def test_limits_never_go_below_the_minimum(sim_gpus) -> None:  # noqa: ANN001
 
 def test_state_walk_with_zero_warmup(sim_gpus, set_calls) -> None:  # noqa: ANN001
     gpus = sim_gpus("A40,A40")
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     mon = WindowMonitor(gpus, [0, 1])
     plo = GlobalPowerLimitOptimizer(
         mon, Time(), wait_steps=2, warmup_steps=0, profile_steps=3, pl_step=100
@@ -154,7 +154,7 @@ def test_custom_python_selector(sim_gpus) -> None:  # noqa: ANN001
 
 def test_profile_is_written_atomically_in_reference_format(sim_gpus, tmp_path) -> None:  # noqa: ANN001
     gpus = sim_gpus("A40")
-    zeus.sim.set_busy(0)
+    zeus.device.sim.set_busy(0)
     path = tmp_path / "sub" / "profile.json"
     plo = GlobalPowerLimitOptimizer(
         WindowMonitor(gpus, [0]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plo_helpers import dedupe
@@ -80,7 +80,7 @@ def test_state_machine_invariants(
     monkeypatch.setenv("ZEUS_SIM_GPUS", "A40,A40")
     monkeypatch.setenv("ZEUS_SIM_CLOCK", "virtual")
     monkeypatch.setenv("ZEUS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
-    zeus.sim.reset()
+    zeus.device.sim.reset()
     calls = set_calls  # shared by the examples of one test run
     calls.clear()
 

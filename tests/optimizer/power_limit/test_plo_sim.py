@@ -7,7 +7,7 @@ import csv
 from typing import Callable
 
 import pytest
-import zeus.sim
+import zeus.device.sim
 from plo_helpers import TRACE_DIR, WindowMonitor
 from zeus.optimizer.power_limit import (
     Done,
@@ -80,7 +80,7 @@ def test_chooses_the_curves_optimum(
     points = curve(*config)
     gpus = sim_gpus("A40,A40")
     for i in range(2):
-        zeus.sim.set_workload(i, points)
+        zeus.device.sim.set_workload(i, points)
     monitor = WindowMonitor(gpus, [0, 1])
     plo = GlobalPowerLimitOptimizer(
         monitor, build(selector, 2), wait_steps=1, warmup_steps=3, profile_steps=8
@@ -93,7 +93,7 @@ def test_chooses_the_curves_optimum(
         plo.on_epoch_begin()
         for _ in range(n):
             plo.on_step_begin()
-            zeus.sim.run(WORK_PER_STEP)
+            zeus.device.sim.run(WORK_PER_STEP)
             plo.on_step_end()
             if isinstance(plo.state, Done):
                 break
@@ -129,7 +129,7 @@ def test_with_the_real_zeus_monitor(sim_gpus: Callable[..., object]) -> None:
 
     points = curve("imagenet", "resnet50", "256")
     sim_gpus("A40")
-    zeus.sim.set_workload(0, points)
+    zeus.device.sim.set_workload(0, points)
     plo = GlobalPowerLimitOptimizer(
         ZeusMonitor(gpu_indices=[0]), ZeusCost(0.5), wait_steps=1, warmup_steps=3, profile_steps=8
     )
@@ -137,7 +137,7 @@ def test_with_the_real_zeus_monitor(sim_gpus: Callable[..., object]) -> None:
         plo.on_epoch_begin()
         for _ in range(5 + 4 * (epoch % 5)):
             plo.on_step_begin()
-            zeus.sim.run(WORK_PER_STEP)
+            zeus.device.sim.run(WORK_PER_STEP)
             plo.on_step_end()
         plo.on_epoch_end()
         if isinstance(plo.state, Done):

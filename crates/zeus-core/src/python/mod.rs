@@ -8,8 +8,8 @@ pub(crate) mod errors;
 pub(crate) mod monitor;
 pub(crate) mod perseus;
 pub(crate) mod power_limit;
+pub(crate) mod recurring;
 pub(crate) mod sim;
-pub(crate) mod simulate;
 pub(crate) mod util;
 
 #[pymodule]
@@ -21,7 +21,7 @@ fn zeus_core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     util::register(m)?;
     monitor::register(m)?;
     power_limit::register(m)?;
+    recurring::register(m)?;
     perseus::register(m)?;
-    simulate::register(m)?;
     Ok(())
 }

@@ -1,18 +1,20 @@
-"""The optimizer's decisions as pure functions.
+"""The optimizer's decisions, as the server calls them.
 
-Pruning explorer, Gaussian Thompson sampling, and the stop rule of a report. The service feeds
-them rows read under the job's lock and writes their results back in the same transaction.
+The decisions themselves are `zeus._core`'s (`crates/zeus-core/src/optimizer/batch_size/`), the
+one implementation `zeus.policy` and the trace simulator use too: pruning exploration, Gaussian
+Thompson sampling with numpy's generator reproduced draw for draw (its state stays numpy's
+JSON, so stored jobs keep working), and the stop rule of a report. This module gives them the
+server's types. The service feeds them rows read under the job's lock and writes their
+results back in the same transaction.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
-import numpy as np
+from zeus import _core
 
 logger = logging.getLogger("zeus.optimizer.batch_size.server.mab")
 
@@ -88,37 +90,22 @@ def next_exploration(
         NoConvergedBatchSizeError: a round ended with no converged batch size.
 
     """
-    candidates = sorted(batch_sizes)
-    default = default_batch_size
-    for rnd in range(num_pruning_rounds):
-        idx = candidates.index(default)
-        down = candidates[: idx + 1][::-1]
-        up = candidates[idx + 1 :]
-        good: list[int] = []
-        best_cost = math.inf
-        best_bs = default
-        for direction in (down, up):
-            for bs in direction:
-                done = explorations.get(bs, ())
-                if len(done) <= rnd:
-                    return ExploreNext(bs)
-                exp = done[rnd]
-                if exp.dispatched:
-                    return WaitForExploration()
-                if not exp.converged:
-                    break
-                good.append(bs)
-                if exp.cost < best_cost:
-                    best_cost = exp.cost
-                    best_bs = bs
-        if not good:
-            raise NoConvergedBatchSizeError(
-                f"No batch size converged in pruning round {rnd + 1}; "
-                "relax target_metric, max_epochs or beta_knob and register a new job"
-            )
-        candidates = sorted(good)
-        default = best_bs
-    return PruningDone(candidates)
+    kind, value = _core.pruning_next_step(
+        [int(b) for b in batch_sizes],
+        int(default_batch_size),
+        int(num_pruning_rounds),
+        {
+            int(bs): [(bool(e.dispatched), bool(e.converged), float(e.cost)) for e in done]
+            for bs, done in explorations.items()
+        },
+    )
+    if kind == "explore":
+        return ExploreNext(value)
+    if kind == "wait":
+        return WaitForExploration()
+    if kind == "done":
+        return PruningDone(list(value))
+    raise NoConvergedBatchSizeError(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,37 +143,35 @@ def fit_arm(
     """
     if len(rewards) == 0:
         return ArmState(batch_size, float(prior_mean), float(prior_precision), 0.0, 0)
-    r = np.asarray(rewards, dtype=np.float64)
-    # Equal rewards have zero variance; np.var can return a rounding residue (e.g. 1e-32) instead.
-    var = 0.0 if bool(np.all(r == r[0])) else float(np.var(r))
-    if var == 0.0:
-        return ArmState(batch_size, float(r.mean()), math.inf, math.inf, len(r))
-    reward_prec = 1.0 / var
-    prec = prior_precision + len(r) * reward_prec
-    mean = (prior_precision * prior_mean + reward_prec * float(r.sum())) / prec
-    return ArmState(batch_size, float(mean), float(prec), float(reward_prec), len(r))
+    values = [float(r) for r in rewards]
+    prior = (
+        int(batch_size),
+        float(prior_mean),
+        float(prior_precision),
+        _core.reward_precision(values),
+        0,
+    )
+    return ArmState(
+        *_core.bandit_fit_arm(prior, values, True, float(prior_mean), float(prior_precision))
+    )
 
 
 def new_rng_state(seed: int | None) -> str:
-    """JSON of a fresh PCG64 generator state (from the OS when `seed` is None)."""
-    return json.dumps(np.random.default_rng(seed).bit_generator.state)
+    """Numpy's JSON state of a fresh `default_rng(seed)` (from the OS when `seed` is None)."""
+    return _core.NumpyRng(seed).state
 
 
-def load_rng(state: str) -> np.random.Generator:
-    """Rebuild the numpy generator from its JSON state."""
-    bit_gen = np.random.PCG64()
-    bit_gen.state = json.loads(state)
-    return np.random.Generator(bit_gen)
+def load_rng(state: str) -> _core.NumpyRng:
+    """The generator in the state numpy's JSON describes."""
+    return _core.NumpyRng.from_state(state)
 
 
-def dump_rng(rng: np.random.Generator) -> str:
-    """JSON of the generator's state."""
-    return json.dumps(rng.bit_generator.state)
+def dump_rng(rng: _core.NumpyRng) -> str:
+    """The generator's state as numpy's JSON."""
+    return rng.state
 
 
-def thompson_predict(
-    arms: Sequence[ArmState], num_explorations: int, rng: np.random.Generator
-) -> int:
+def thompson_predict(arms: Sequence[ArmState], num_explorations: int, rng: _core.NumpyRng) -> int:
     """Choose the next batch size.
 
     Arms are visited in a random permutation and the first one with fewer than
@@ -203,27 +188,20 @@ def thompson_predict(
     """
     if not arms:
         raise ValueError("arms is empty")
-    by_bs = {a.batch_size: a for a in arms}
-    order = rng.choice([a.batch_size for a in arms], len(arms), replace=False)
-    for bs in order:
-        arm = by_bs[int(bs)]
-        if arm.num_observations < num_explorations or arm.num_observations == 0:
-            return int(bs)
-    best_bs, best_sample = arms[0].batch_size, -math.inf
-    for arm in arms:
-        scale = 0.0 if math.isinf(arm.param_precision) else math.sqrt(1.0 / arm.param_precision)
-        sample = float(rng.normal(arm.param_mean, scale))
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "[GaussianTS] Arm %d: mu ~ N(%.2f, %.2f) -> %.2f",
-                arm.batch_size,
-                arm.param_mean,
-                1.0 / arm.param_precision,
-                sample,
+    return _core.thompson_predict(
+        [
+            (
+                int(a.batch_size),
+                float(a.param_mean),
+                float(a.param_precision),
+                float(a.reward_precision),
+                int(a.num_observations),
             )
-        if sample > best_sample:
-            best_bs, best_sample = arm.batch_size, sample
-    return best_bs
+            for a in arms
+        ],
+        int(num_explorations),
+        rng,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,18 +244,16 @@ def decide_report(
     converged and `current_epoch < max_epochs`. The early stop is reactive (on the cost so far),
     as in the reference server.
     """
-    cost_ub = beta_knob * min_cost if (beta_knob is not None and min_cost is not None) else math.inf
-    within = cost <= cost_ub
-    reached = target_metric <= metric if higher_is_better else target_metric >= metric
-    if within and current_epoch < max_epochs and not reached:
-        return ReportDecision(False, False, "Stop condition not met, keep training", cost)
-    if not within:
-        message = (
-            f"Batch Size({batch_size}) exceeded the cost upper bound: current cost({cost}) > "
-            f"beta_knob({beta_knob})*min_cost({min_cost})"
-        )
-    elif reached:
-        message = "Train succeeded"
-    else:
-        message = f"Train failed to converge within max_epoch({max_epochs})"
-    return ReportDecision(True, reached and within, message, cost)
+    # Database rows give SQLite's integers for booleans, and may give ints for floats.
+    stop, converged, message = _core.decide_report(
+        batch_size=int(batch_size),
+        cost=float(cost),
+        metric=float(metric),
+        current_epoch=int(current_epoch),
+        target_metric=float(target_metric),
+        higher_is_better=bool(higher_is_better),
+        max_epochs=int(max_epochs),
+        beta_knob=None if beta_knob is None else float(beta_knob),
+        min_cost=None if min_cost is None else float(min_cost),
+    )
+    return ReportDecision(stop, converged, message, cost)

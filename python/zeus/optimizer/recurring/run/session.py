@@ -24,9 +24,9 @@ Files: `{log_dir}/{job_id}+bs{B}.train.json` = `{"energy", "time", "cost", "num_
 "eval_power", "eval_throughput", "optimal_pl"}` (power limits in mW as string keys, power in W,
 throughput in iterations/s). A batch size is profiled only while its power.json is missing.
 
-Fixed reference bugs (inventory §5.4): the optimal power limit uses the maximum power in watts
-(the reference mixed mW and W, which made it pick the fastest limit), and the monitor path is
-not passed as `approx_instant_energy`.
+Fixed reference bugs (`docs/reference-differences.md`, bug 4): the optimal power limit uses
+the maximum power in watts (the reference mixed mW and W, which made it pick the fastest
+limit), and the monitor path is not passed as `approx_instant_energy`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from zeus.optimizer.power_limit.models import PowerLimitMeasurement
+from zeus.optimizer.power_limit.selectors import ZeusCost
 from zeus.util.env import get_env
 from zeus.util.metric import ZeusCostThresholdExceededError, zeus_cost
 
@@ -85,20 +87,29 @@ def power_limit_steps(min_mw: int, max_mw: int) -> list[int]:
 
 
 def compute_optimal_pl(
-    power: dict[int, float], tput: dict[int, float], eta: float, max_power_w: float
+    power: dict[int, float], tput: dict[int, float], eta: float, world_size: int = 1
 ) -> int:
-    """The power limit with the lowest cost per iteration: `(η·P + (1−η)·MaxPower) / tput`.
+    """The profiled power limit with the least Zeus cost per iteration (the `ZeusCost` selector).
+
+    An iteration at power `P` and throughput `tput` takes `1/tput` seconds and `P/tput` joules,
+    so the selector sees one such measurement per power limit, in profiling order.
 
     Args:
-        power: Average power (W, summed over GPUs) at each power limit (mW).
+        power: Average power (W, summed over GPUs) at each power limit (mW), highest limit first.
         tput: Throughput (iterations/s) at each power limit.
         eta: Energy/time weight.
-        max_power_w: Maximum power of all GPUs of the job, W.
+        world_size: GPUs whose power is summed in `power`.
 
     """
     if not power:
         raise ValueError("no power limit was profiled")
-    return min(power, key=lambda pl: (eta * power[pl] + (1 - eta) * max_power_w) / tput[pl])
+    measurements = [
+        PowerLimitMeasurement(
+            power_limit=pl // 1000, energy=power[pl] / tput[pl], time=1 / tput[pl]
+        )
+        for pl in power
+    ]
+    return ZeusCost(eta_knob=eta, world_size=world_size).select(measurements) * 1000
 
 
 class _Prof(enum.Enum):
@@ -272,7 +283,7 @@ class JobSession:
 
     def _compute_optimal_pl(self) -> int:
         return compute_optimal_pl(
-            self.train_power_result, self.train_tput_result, self.env.eta_knob, self.max_power_w
+            self.train_power_result, self.train_tput_result, self.env.eta_knob, self.world_size
         )
 
     # ---- epochs ------------------------------------------------------------------------

@@ -6,10 +6,9 @@ entirely in Rust; any other policy objects are called back from the Rust loop.
 
 Differences from the reference simulator, on purpose:
 
-- By default paths are sampled with Rust's PCG64 and the Zeus policy runs in Rust, so results
-  agree with the reference statistically, not run for run. `Simulator(..., path_rng="numpy")`
-  draws paths from numpy exactly as the reference does and runs the (reference-compatible)
-  Python policies, which reproduces the reference's trajectory for the same seed.
+- None in the decisions: training paths are drawn and the Zeus policy decides through
+  `zeus._core.NumpyRng`, numpy's `default_rng(seed)` draw for draw, so a seed gives the
+  reference's trajectory run for run (fast path and Python policies alike).
 - The default batch size is clamped to the largest batch size of the trace (as the reference's
   Alibaba driver does per GPU), and batch sizes without any run at the job's target metric are
   left out (the reference would crash sampling from them).
@@ -25,9 +24,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from zeus._core import SimTable
-from zeus.job import HistoryEntry, Job
-from zeus.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
-from zeus.policy.optimizer import JITPowerLimitOptimizer, PruningGTSBatchSizeOptimizer
+from zeus.optimizer.recurring.job import HistoryEntry, Job
+from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
+from zeus.optimizer.recurring.policy.optimizer import (
+    JITPowerLimitOptimizer,
+    PruningGTSBatchSizeOptimizer,
+)
+from zeus.util.metric import zeus_cost
 
 __all__ = [
     "Simulator",
@@ -96,10 +99,6 @@ class Simulator:
         power_limit_optimizer: The power-limit policy.
         seed: Seed of the training-path sampler (the batch-size optimizer has its own).
         verbose: Let Python policies print (the Rust fast path is silent).
-        path_rng: `pcg64` samples training paths in Rust (fast); `numpy` draws them from
-            `numpy.random.default_rng(seed)` exactly as the reference does and runs the
-            policies in Python, which reproduces the reference's trajectory for the same seed
-            (up to floating-point near-ties).
 
     """
 
@@ -111,11 +110,7 @@ class Simulator:
         power_limit_optimizer: PowerLimitOptimizer,
         seed: int = 123456,
         verbose: bool = True,
-        path_rng: Literal["pcg64", "numpy"] = "pcg64",
     ) -> None:
-        if path_rng not in ("pcg64", "numpy"):
-            raise ValueError(f"path_rng must be 'pcg64' or 'numpy', got '{path_rng}'")
-        self.path_rng = path_rng
         self._train = _source(summary_train, "train")
         self._power = _source(summary_power, "power")
         self.bso = batch_size_optimizer
@@ -146,8 +141,7 @@ class Simulator:
         # Exactly the built-in classes (a subclass may change behaviour) in their initial state.
         bso, plo = self.bso, self.plo
         if (
-            self.path_rng == "pcg64"
-            and type(bso) is PruningGTSBatchSizeOptimizer
+            type(bso) is PruningGTSBatchSizeOptimizer
             and type(plo) is JITPowerLimitOptimizer
             and not bso.exp_manager
             and not bso.concurrency
@@ -201,16 +195,6 @@ class Simulator:
         bso = copy.deepcopy(self.bso)
         plo = copy.deepcopy(self.plo)
         bso.register_job(job, table.batch_sizes)
-        sampler = None
-        if self.path_rng == "numpy":
-            import numpy as np
-
-            rng = np.random.default_rng(self.seed)
-
-            def sampler(n: int) -> int:
-                # What `DataFrame.sample(n=1, random_state=rng)` draws over the n paths.
-                return int(rng.choice(n, size=1, replace=False)[0])
-
         return table.simulate_with(
             job,
             bso,
@@ -219,7 +203,6 @@ class Simulator:
             float(eta_knob),
             float(beta_knob),
             int(num_recurrence),
-            sampler,
         )
 
 
@@ -288,7 +271,7 @@ def simulate(
         rows = t.simulate_default(seed, float(eta), n)
     energy = sum(r[4] for r in rows)
     time = sum(r[5] for r in rows)
-    cost = sum(eta * r[4] + (1 - eta) * t.max_power * r[5] for r in rows)
+    cost = sum(zeus_cost(r[4], r[5], eta, t.max_power) for r in rows)
     last = rows[-1]
     result = SimulationResult(
         gpu=gpu,

@@ -1,31 +1,31 @@
-"""`python -m zeus.sim nvml-path | presets`."""
+"""`python -m zeus.device.sim nvml-path | presets`."""
 
 from __future__ import annotations
 
 import sys
 
-import zeus.sim
+import zeus.device.sim
 from zeus.util import cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `python -m zeus.sim`."""
-    return cli.run("python -m zeus.sim", _main, argv)
+    """Entry point of `python -m zeus.device.sim`."""
+    return cli.run("python -m zeus.device.sim", _main, argv)
 
 
 def _main(argv: list[str]) -> int:
-    parser = cli.Parser(prog="python -m zeus.sim", description=__doc__)
+    parser = cli.Parser(prog="python -m zeus.device.sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("nvml-path", help="print the absolute path of the simulated libnvidia-ml.so.1")
     sub.add_parser("presets", help="list the GPU models the simulator knows")
     args = parser.parse_args(argv)
     if args.command == "nvml-path":
         try:
-            print(zeus.sim.nvml_library_path())
+            print(zeus.device.sim.nvml_library_path())
         except FileNotFoundError as e:
             raise cli.CliError(str(e), "reinstall zeus from source: pip install .") from None
     else:
-        print("\n".join(zeus.sim.known_presets()))
+        print("\n".join(zeus.device.sim.known_presets()))
     return 0
 
 

@@ -1,7 +1,8 @@
-use super::policy::{BatchSizePolicy, JitPowerLimit};
+use super::policy::BatchSizePolicy;
 use super::table::JobSpec;
 use super::trace::{parse_power, parse_train};
 use super::*;
+use crate::optimizer::recurring::JitPowerLimit;
 
 /// Batch sizes 8, 16, 32 at power limits 100 and 200 W. 16 is the cheapest and always reaches
 /// the target at epoch 2; 8 needs 4 or 6 epochs; 32 never reaches it within 10 epochs.

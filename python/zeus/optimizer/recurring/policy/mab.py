@@ -1,4 +1,9 @@
-"""Gaussian Thompson sampling, the bandit behind Zeus's batch-size optimizer."""
+"""Gaussian Thompson sampling, the bandit behind Zeus's batch-size optimizer.
+
+The arithmetic and the draws are `zeus._core`'s (`crates/zeus-core/src/optimizer/batch_size/`),
+shared with the batch-size optimizer server and the trace simulator; this class keeps the
+reference's interface and per-arm attributes.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import warnings
 from typing import Sequence
 
 import numpy as np
+from zeus import _core
 
 __all__ = ["GaussianTS"]
 
@@ -13,10 +19,10 @@ __all__ = ["GaussianTS"]
 class GaussianTS:
     """Thompson sampling for Gaussian rewards with known precision and a Gaussian prior.
 
-    The random draws follow the reference implementation exactly (numpy `default_rng(seed)`;
-    every `predict` first draws a permutation of the arms, even after exploration, then one
-    normal sample per arm in arm order), so the same seed and observations give the same
-    choices as the reference.
+    The random draws follow the reference implementation exactly (`zeus._core.NumpyRng` is
+    numpy's `default_rng(seed)` draw for draw; every `predict` first draws a permutation of
+    the arms, even after exploration, then one normal sample per arm in arm order), so the
+    same seed and observations give the same choices as the reference.
 
     Args:
         arms: Arm values (batch sizes).
@@ -53,7 +59,7 @@ class GaussianTS:
         self.prior_prec = prior_precision
         self.num_exploration = num_exploration
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.rng = _core.NumpyRng(seed)
         self.verbose = verbose
         if isinstance(reward_precision, (list, tuple)):
             if len(reward_precision) != len(arms):
@@ -86,6 +92,15 @@ class GaussianTS:
         for arm in self.arms:
             self.fit_arm(arm, r[d == arm], reset)
 
+    def _arm(self, arm: int) -> tuple[int, float, float, float, int]:
+        return (
+            arm,
+            float(self.arm_param_mean[arm]),
+            float(self.arm_param_prec[arm]),
+            float(self.arm_reward_prec[arm]),
+            self.arm_num_observations[arm],
+        )
+
     def fit_arm(self, arm: int, rewards: np.ndarray, reset: bool) -> None:
         """Conjugate update of one arm's belief.
 
@@ -97,45 +112,23 @@ class GaussianTS:
         """
         if arm not in self.arm_param_mean:
             raise ValueError(f"Unknown arm {arm}; arms are {self.arms}")
-        rewards = np.asarray(rewards, dtype=float)
-        if reset:
-            self.arm_param_mean[arm] = self.prior_mean
-            self.arm_param_prec[arm] = self.prior_prec
-            self.arm_num_observations[arm] = 0
-        if rewards.size == 0:
-            return
-        reward_prec = self.arm_reward_prec[arm]
-        if reward_prec == np.inf:
-            # Noise-free rewards pin the mean down exactly.
-            self.arm_param_prec[arm] = np.inf
-            self.arm_param_mean[arm] = rewards.mean()
-        else:
-            prec = self.arm_param_prec[arm]
-            new_prec = prec + rewards.size * reward_prec
-            self.arm_param_mean[arm] = (
-                prec * self.arm_param_mean[arm] + reward_prec * rewards.sum()
-            ) / new_prec
-            self.arm_param_prec[arm] = new_prec
-        self.arm_num_observations[arm] += rewards.size
+        values = [float(r) for r in np.asarray(rewards, dtype=float).ravel()]
+        _, mean, prec, _, count = _core.bandit_fit_arm(
+            self._arm(arm), values, reset, float(self.prior_mean), float(self.prior_prec)
+        )
+        self.arm_param_mean[arm] = mean
+        self.arm_param_prec[arm] = prec
+        self.arm_num_observations[arm] = count
 
     def predict(self) -> int:
         """The arm to pull: an unexplored one if any, else the best sampled mean."""
-        # The permutation is drawn on every call (the reference does so); it keeps the random
-        # stream in step with the reference after exploration ends.
-        for arm in self.rng.choice(np.array(self.arms), len(self.arms), replace=False):
-            if self.arm_num_observations[int(arm)] < self.num_exploration:
-                if self.verbose:
-                    print(f"[{self.name}] Explore arm {arm}.")
-                return int(arm)
-        samples = self.predict_expectations()
+        arms = [self._arm(a) for a in self.arms]
+        if self.verbose and all(n >= self.num_exploration for *_, n in arms):
+            print(f"[{self.name}] Sampling mean rewards of arms {self.arms}.")
+        choice = _core.thompson_predict(arms, self.num_exploration, self.rng)
         if self.verbose:
-            print(f"[{self.name}] Sampled mean rewards:")
-            for arm, sample in samples.items():
-                print(
-                    f"[{self.name}] Arm {arm:4d}: mu ~ N({self.arm_param_mean[arm]:.2f}, "
-                    f"{1 / self.arm_param_prec[arm]:.2f}) -> {sample:.2f}"
-                )
-        return max(samples, key=samples.__getitem__)
+            print(f"[{self.name}] Arm {choice}.")
+        return choice
 
     def predict_expectations(self) -> dict[int, float]:
         """One sample of each arm's expected reward, in arm order."""
@@ -146,7 +139,6 @@ class GaussianTS:
                 warnings.warn(
                     f"predict_expectations called when arm '{arm}' is cold.", stacklevel=2
                 )
-            with np.errstate(divide="ignore"):
-                scale = np.sqrt(np.reciprocal(float(prec)))
-            out[arm] = float(self.rng.normal(self.arm_param_mean[arm], scale))
+            scale = 0.0 if prec == np.inf else float(np.inf if prec == 0 else (1 / prec) ** 0.5)
+            out[arm] = self.rng.normal(float(self.arm_param_mean[arm]), scale)
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from zeus.job import Job
+from zeus.optimizer.recurring.job import Job
 
 __all__ = ["BatchSizeOptimizer", "PowerLimitOptimizer"]
 

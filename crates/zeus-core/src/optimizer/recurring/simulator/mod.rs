@@ -1,17 +1,18 @@
 //! Trace-driven simulation of recurring jobs (the Zeus NSDI'23 evaluation).
 //!
 //! `trace` parses the train and power traces with errors naming file, line, column and value;
-//! `table` joins them once per job into per-batch-size tables; `policy` holds the paper's
-//! policies; `engine` runs the recurrence loop, generic over the policies so that the Python
-//! bindings can plug in user policies while the built-in Zeus policy runs entirely in Rust.
+//! `table` joins them once per job into per-batch-size tables; `policy` holds the traits a
+//! policy plugs in through (the Zeus policy of `super` implements them, and so do Python
+//! policies through the bindings); `engine` runs the recurrence loop, drawing training paths
+//! as the reference does, so the built-in Zeus policy runs entirely in Rust.
 
 pub mod engine;
 pub mod policy;
 pub mod table;
 pub mod trace;
 
-pub use engine::{totals, HistoryEntry, Knobs, PathSampler, PcgPaths, MAX_TRIES};
-pub use policy::{BatchSizePolicy, GaussianTs, JitPowerLimit, PowerLimitPolicy, PruningGts};
+pub use engine::{totals, HistoryEntry, Knobs, PathSampler, MAX_TRIES};
+pub use policy::{BatchSizePolicy, PowerLimitPolicy};
 pub use table::{builtin_job, JobSpec, JobTable, BUILTIN_WORKLOADS};
 pub use trace::{SimError, SimResult};
 

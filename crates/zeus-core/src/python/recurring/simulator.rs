@@ -8,10 +8,11 @@ use std::path::Path;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::simulate::policy::{BatchSizePolicy, PowerLimitPolicy};
-use crate::simulate::trace::{self, SimError};
-use crate::simulate::PathSampler;
-use crate::simulate::{self as sim, HistoryEntry, JobSpec, JobTable, Knobs};
+use crate::optimizer::recurring::simulator::policy::{BatchSizePolicy, PowerLimitPolicy};
+use crate::optimizer::recurring::simulator::trace::{self, SimError};
+use crate::optimizer::recurring::simulator::{self as sim, HistoryEntry, JobSpec, JobTable, Knobs};
+use crate::optimizer::recurring::{JitPowerLimit, PruningGts};
+use crate::util::numpy_rng::NumpyRng;
 
 fn to_py(e: SimError) -> PyErr {
     match &e {
@@ -66,19 +67,19 @@ fn load<T: Send + Sync>(
     }
 }
 
-/// A Python object the simulator calls back (a policy or a path sampler). A Python exception
+/// A Python policy object the simulator calls back. A Python exception
 /// stops the simulation; it is kept here and re-raised as is once the Rust loop has returned.
 struct PyCallback<'py> {
     obj: Bound<'py, PyAny>,
     /// The `Job` passed to policy methods.
-    job: Option<Bound<'py, PyAny>>,
+    job: Bound<'py, PyAny>,
     /// What the object is, for the Rust-side error that unwinds the loop.
     what: &'static str,
     err: Option<PyErr>,
 }
 
 impl<'py> PyCallback<'py> {
-    fn new(obj: Bound<'py, PyAny>, job: Option<Bound<'py, PyAny>>, what: &'static str) -> Self {
+    fn new(obj: Bound<'py, PyAny>, job: Bound<'py, PyAny>, what: &'static str) -> Self {
         PyCallback {
             obj,
             job,
@@ -88,7 +89,7 @@ impl<'py> PyCallback<'py> {
     }
 
     fn job(&self) -> &Bound<'py, PyAny> {
-        self.job.as_ref().expect("policies are built with the job")
+        &self.job
     }
 
     /// Keep a Python error, if any, and turn it into the simulator's error.
@@ -129,13 +130,6 @@ impl PowerLimitPolicy for PyCallback<'_> {
     fn observe(&mut self, bs: u32, pl: u32, cost: f64) -> sim::SimResult<()> {
         let r = self.obj.call_method1("observe", (self.job(), bs, pl, cost));
         self.check(r).map(|_| ())
-    }
-}
-
-impl PathSampler for PyCallback<'_> {
-    fn sample(&mut self, n: usize) -> sim::SimResult<usize> {
-        let r = self.obj.call1((n,)).and_then(|v| v.extract::<usize>());
-        self.check(r)
     }
 }
 
@@ -298,15 +292,16 @@ impl PySimTable {
         };
         let t = &self.inner;
         py.detach(|| {
-            let mut bso = sim::PruningGts::new(
+            let mut bso = PruningGts::new(
                 &t.batch_size_list(),
                 t.job.default_bs,
                 prior_mean,
                 prior_precision,
                 window_size,
-                bandit_seed.unwrap_or(seed),
+                false,
+                NumpyRng::from_seed(bandit_seed.unwrap_or(seed)),
             )?;
-            let mut plo = sim::JitPowerLimit::default();
+            let mut plo = JitPowerLimit::default();
             t.simulate(&mut bso, &mut plo, knobs)
         })
         .map(rows)
@@ -333,11 +328,8 @@ impl PySimTable {
     }
 
     /// Run the loop with Python policy objects (`predict(job)`, `observe(job, bs, cost,
-    /// reached)`; `predict(job, bs)`, `observe(job, bs, pl, cost)`). `path_sampler(n) -> i`
-    /// replaces the built-in training-path sampler when given.
+    /// reached)`; `predict(job, bs)`, `observe(job, bs, pl, cost)`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (job, batch_size_optimizer, power_limit_optimizer, seed, eta, beta,
-                        recurrences, path_sampler=None))]
     fn simulate_with(
         &self,
         job: Bound<'_, PyAny>,
@@ -347,7 +339,6 @@ impl PySimTable {
         eta: f64,
         beta: f64,
         recurrences: u32,
-        path_sampler: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Row>> {
         let knobs = Knobs {
             eta,
@@ -355,26 +346,14 @@ impl PySimTable {
             recurrences,
             seed,
         };
-        let mut bso = PyCallback::new(
-            batch_size_optimizer,
-            Some(job.clone()),
-            "batch size optimizer",
-        );
-        let mut plo = PyCallback::new(power_limit_optimizer, Some(job), "power limit optimizer");
-        let mut sampler = path_sampler.map(|obj| PyCallback::new(obj, None, "path sampler"));
-        let result = match sampler.as_mut() {
-            Some(smp) => self.inner.simulate_sampled(&mut bso, &mut plo, smp, knobs),
-            None => self.inner.simulate(&mut bso, &mut plo, knobs),
-        };
-        match result {
+        let mut bso = PyCallback::new(batch_size_optimizer, job.clone(), "batch size optimizer");
+        let mut plo = PyCallback::new(power_limit_optimizer, job, "power limit optimizer");
+        match self.inner.simulate(&mut bso, &mut plo, knobs) {
             Ok(h) => Ok(rows(h)),
-            Err(e) => {
-                let sampler_err = sampler.and_then(|s| s.err);
-                if let Some(err) = bso.err.take().or(plo.err.take()).or(sampler_err) {
-                    return Err(err);
-                }
-                Err(to_py(e))
-            }
+            Err(e) => match bso.err.take().or(plo.err.take()) {
+                Some(err) => Err(err),
+                None => Err(to_py(e)),
+            },
         }
     }
 }

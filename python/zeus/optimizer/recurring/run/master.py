@@ -12,8 +12,8 @@ import sys
 import time
 from typing import IO
 
-from zeus.job import HistoryEntry, Job
-from zeus.policy.interface import BatchSizeOptimizer
+from zeus.optimizer.recurring.job import HistoryEntry, Job
+from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer
 from zeus.util.metric import zeus_cost
 
 __all__ = ["ZeusMaster", "MAX_TRIES"]

@@ -1,14 +1,18 @@
-"""The Zeus (NSDI'23) batch-size and power-limit policies."""
+"""The Zeus (NSDI'23) batch-size and power-limit policies, with the reference's interface.
+
+Their decisions come from `zeus._core` (`crates/zeus-core/src/optimizer/batch_size/`), which
+the batch-size optimizer server and the trace simulator use too.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 import numpy as np
-
-from zeus.job import Job
-from zeus.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
-from zeus.policy.mab import GaussianTS
+from zeus import _core
+from zeus.optimizer.recurring.job import Job
+from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
+from zeus.optimizer.recurring.policy.mab import GaussianTS
 
 __all__ = [
     "GTSBatchSizeOptimizer",
@@ -20,8 +24,7 @@ __all__ = [
 
 def _precision(rewards: np.ndarray) -> float:
     """1 / variance of `rewards`, infinite when they are all equal."""
-    var = float(np.var(rewards))
-    return np.inf if var == 0.0 else 1.0 / var
+    return _core.reward_precision([float(r) for r in rewards])
 
 
 class GTSBatchSizeOptimizer(BatchSizeOptimizer):
@@ -140,37 +143,20 @@ class PruningExploreManager:
         self.batch_sizes = sorted(batch_sizes)
         self.default = default
         self.num_pruning_rounds = num_pruning_rounds
-        self._rounds_left = num_pruning_rounds
-        self._queue: list[list[int]] = []
+        # (dispatched, converged, cost) of each exploration, per batch size, oldest first.
+        self._explorations: dict[int, list[tuple[bool, bool, float]]] = defaultdict(list)
         self._survivors: list[int] = []
-        self._best = np.inf
         # 0 means "nothing to explore" (the reference's convention).
         self.expecting = 0
-        self._start_round()
-
-    def _start_round(self) -> None:
-        if self._rounds_left == 0 or self.default not in self.batch_sizes:
-            self.expecting = 0
-            return
-        self._rounds_left -= 1
-        idx = self.batch_sizes.index(self.default)
-        self._queue = [
-            sorted(self.batch_sizes[: idx + 1], reverse=True),
-            sorted(self.batch_sizes[idx + 1 :]),
-        ]
-        self._survivors = []
-        self._best = np.inf
         self._advance()
 
     def _advance(self) -> None:
-        while self._queue and not self._queue[0]:
-            self._queue.pop(0)
-        if self._queue:
-            self.expecting = self._queue[0][0]
-            return
-        # Round over: the survivors are the next round's space.
-        self.batch_sizes = sorted(self._survivors)
-        self._start_round()
+        kind, value = _core.pruning_next_step(
+            self.batch_sizes, self.default, self.num_pruning_rounds, dict(self._explorations)
+        )
+        self.expecting = value if kind == "explore" else 0
+        # A round without survivors ends exploration with none (the reference's behaviour).
+        self._survivors = list(value) if kind == "done" else []
 
     def next_batch_size(self) -> int:
         """The batch size to explore next.
@@ -180,7 +166,7 @@ class PruningExploreManager:
 
         """
         if self.expecting == 0:
-            raise StopIteration(sorted(self.batch_sizes))
+            raise StopIteration(sorted(self._survivors))
         return self.expecting
 
     def report_batch_size_result(self, batch_size: int, cost: float, reached: bool) -> None:
@@ -194,16 +180,7 @@ class PruningExploreManager:
             raise RuntimeError(
                 f"PruningExploreManager: self.expecting={self.expecting}, {batch_size=}"
             )
-        direction = self._queue[0]
-        if reached:
-            if cost < self._best:
-                self._best = cost
-                self.default = batch_size
-            self._survivors.append(batch_size)
-            direction.pop(0)
-        else:
-            # A miss ends this direction: going further will not reach the target either.
-            direction.clear()
+        self._explorations[batch_size].append((False, bool(reached), float(cost)))
         self._advance()
 
 
@@ -283,10 +260,7 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
         if job in self.mabs:
             rewards = np.array(self._get_history_for_bs(job, batch_size))
             mab = self.mabs[job]
-            # The reference takes 1/var without guarding var == 0; numpy gives inf, which the
-            # bandit treats as noise-free rewards. Same here, without the warning.
-            with np.errstate(divide="ignore"):
-                mab.arm_reward_prec[batch_size] = float(np.reciprocal(np.var(rewards)))
+            mab.arm_reward_prec[batch_size] = _precision(rewards)
             mab.fit_arm(batch_size, rewards, reset=True)
             return
         if converged is None:
@@ -322,8 +296,7 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
             rewards = np.array(self._get_history_for_bs(job, bs))
             if rewards.size < 2:
                 raise RuntimeError(f"Number of observations for {bs} is {rewards.size}.")
-            with np.errstate(divide="ignore"):
-                mab.arm_reward_prec[bs] = float(np.reciprocal(np.var(rewards)))
+            mab.arm_reward_prec[bs] = _precision(rewards)
             mab.fit_arm(bs, rewards, reset=True)
         self.mabs[job] = mab
 

@@ -9,7 +9,7 @@ import csv
 import json
 import sys
 
-from zeus.simulate import WORKLOADS, simulate
+from zeus.optimizer.recurring.simulate import WORKLOADS, simulate
 from zeus.util import cli
 
 

@@ -4,9 +4,9 @@ Implement `BatchSizeOptimizer` / `PowerLimitOptimizer` to plug your own policy i
 `zeus.run.ZeusMaster` or `zeus.simulate.Simulator`.
 """
 
-from zeus.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
-from zeus.policy.mab import GaussianTS
-from zeus.policy.optimizer import (
+from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
+from zeus.optimizer.recurring.policy.mab import GaussianTS
+from zeus.optimizer.recurring.policy.optimizer import (
     GTSBatchSizeOptimizer,
     JITPowerLimitOptimizer,
     PruningExploreManager,

@@ -6,9 +6,9 @@ moves only through `advance()` and `run()`. Device indices here are the simulato
 `CUDA_VISIBLE_DEVICES`).
 
 Example:
-    >>> import zeus.sim
-    >>> zeus.sim.set_busy(0)           # draw busy power from now on
-    >>> seconds = zeus.sim.run(1.0)    # one unit of work on every GPU; returns its duration
+    >>> import zeus.device.sim
+    >>> zeus.device.sim.set_busy(0)           # draw busy power from now on
+    >>> seconds = zeus.device.sim.run(1.0)    # one unit of work on every GPU; returns its duration
 
 """
 

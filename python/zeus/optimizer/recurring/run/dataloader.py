@@ -12,8 +12,7 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
-
-from zeus.run.session import JobSession
+from zeus.optimizer.recurring.run.session import JobSession
 
 __all__ = ["ZeusDataLoader"]
 

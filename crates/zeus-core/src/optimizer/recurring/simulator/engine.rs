@@ -1,12 +1,11 @@
 //! The recurrence loop of the trace-driven simulator (the reference's `simulate_one_job`).
 
-use rand::{Rng, SeedableRng};
-use rand_pcg::Pcg64;
-
-use super::policy::{BatchSizePolicy, JitPowerLimit, PowerLimitPolicy, PruningGts};
+use super::policy::{BatchSizePolicy, PowerLimitPolicy};
 use super::table::JobTable;
 use super::trace::{SimError, SimResult};
+use crate::optimizer::recurring::{JitPowerLimit, PruningGts};
 use crate::util::metric::zeus_cost;
+use crate::util::numpy_rng::NumpyRng;
 
 /// Picks the training path (one run of the train trace) of each simulated run.
 pub trait PathSampler {
@@ -14,12 +13,16 @@ pub trait PathSampler {
     fn sample(&mut self, n: usize) -> SimResult<usize>;
 }
 
-/// The default sampler: uniform draws from PCG64.
-pub struct PcgPaths(pub Pcg64);
-
-impl PathSampler for PcgPaths {
+/// The reference's sampler: `DataFrame.sample(n=1, random_state=rng)` over the `n` paths, with
+/// `rng = numpy.random.default_rng(seed)`, which draws `rng.choice(n, 1, replace=False)`.
+impl PathSampler for NumpyRng {
     fn sample(&mut self, n: usize) -> SimResult<usize> {
-        Ok(self.0.random_range(0..n))
+        if n == 0 {
+            return Err(SimError::InvalidArgument(
+                "no training path to sample".into(),
+            ));
+        }
+        Ok(self.choice(n, 1)[0])
     }
 }
 
@@ -96,10 +99,9 @@ impl JobTable {
             .iter()
             .rev()
             .map(|e| {
-                (
-                    e.power_limit,
-                    (eta * e.power + (1.0 - eta) * max_pl) * e.time,
-                )
+                // The cost rate of the epoch (power in place of energy, per second) times its
+                // length: the reference's association, which keeps its rounding and ties.
+                (e.power_limit, zeus_cost(e.power, 1.0, eta, max_pl) * e.time)
             })
             .collect()
     }
@@ -130,7 +132,7 @@ impl JobTable {
         let max_epochs = if cost_ub == f64::INFINITY {
             max_epochs
         } else {
-            let per_epoch = eta * e.energy + (1.0 - eta) * b.max_pl() as f64 * e.time;
+            let per_epoch = zeus_cost(e.energy, e.time, eta, b.max_pl() as f64);
             (cost_ub / per_epoch).floor().min(max_epochs)
         };
         if max_epochs <= 0.0 {
@@ -163,7 +165,7 @@ impl JobTable {
         plo: &mut P,
         knobs: Knobs,
     ) -> SimResult<Vec<HistoryEntry>> {
-        let mut rng = PcgPaths(Pcg64::seed_from_u64(knobs.seed));
+        let mut rng = NumpyRng::from_seed(knobs.seed);
         self.simulate_sampled(bso, plo, &mut rng, knobs)
     }
 
@@ -263,7 +265,8 @@ impl JobTable {
             0.0,
             0.0,
             0,
-            knobs.seed,
+            false,
+            NumpyRng::from_seed(knobs.seed),
         )?;
         let mut plo = JitPowerLimit::default();
         self.simulate(&mut bso, &mut plo, knobs)
