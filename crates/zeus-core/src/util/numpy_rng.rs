@@ -41,6 +41,9 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::OnceLock;
 
+/// Up to this many picks, `choice` looks for repeats by scanning its picks.
+const SMALL_CHOICE: usize = 32;
+
 /// The PCG64 (XSL-RR 128/64) LCG multiplier that numpy uses.
 const PCG_MULTIPLIER: u128 = 0x2360_ed05_1fc6_5da4_4385_df64_9fcc_f645;
 
@@ -272,14 +275,21 @@ impl NumpyRng {
             indices.drain(..population - size);
             return indices;
         }
-        let mut chosen = HashSet::with_capacity(size);
+        // A bandit's handful of arms is searched faster by a scan than through a hash set.
+        let mut chosen = (size > SMALL_CHOICE).then(|| HashSet::with_capacity(size));
         let mut indices = Vec::with_capacity(size);
         for j in population - size..population {
             // The draw is at most `j`, so it fits `usize`.
             let drawn = self.bounded(j as u64) as usize;
+            let taken = match &chosen {
+                Some(set) => set.contains(&drawn),
+                None => indices.contains(&drawn),
+            };
             // Every earlier pick is below `j`, so `j` itself is always new.
-            let pick = if chosen.contains(&drawn) { j } else { drawn };
-            chosen.insert(pick);
+            let pick = if taken { j } else { drawn };
+            if let Some(set) = chosen.as_mut() {
+                set.insert(pick);
+            }
             indices.push(pick);
         }
         self.shuffle_down_to(&mut indices, 1);

@@ -20,8 +20,11 @@ pub struct PruningGts<R> {
     batch_sizes: Vec<u32>,
     default: u32,
     explorations: HashMap<u32, Vec<Exploration>>,
-    /// Every observation, oldest first: (batch size, reward = -cost).
-    history: Vec<(u32, f64)>,
+    /// Pruning's next step for the explorations so far (recomputed when they change); an
+    /// error (no batch size survived) is reported by the next `predict`.
+    step: Result<ExploreStep, PolicyError>,
+    /// Every reward (-cost) of each batch size, oldest first.
+    rewards: HashMap<u32, Vec<f64>>,
     arms: Option<Vec<Arm>>,
     prior_mean: f64,
     prior_precision: f64,
@@ -61,11 +64,14 @@ impl<R: BanditRng> PruningGts<R> {
         let mut sorted = batch_sizes.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
+        let explorations = HashMap::new();
+        let step = next_exploration(&sorted, default, PRUNING_ROUNDS, &explorations);
         Ok(PruningGts {
+            step,
             batch_sizes: sorted,
             default,
-            explorations: HashMap::new(),
-            history: Vec::new(),
+            explorations,
+            rewards: HashMap::new(),
             arms: None,
             prior_mean,
             prior_precision,
@@ -90,29 +96,15 @@ impl<R: BanditRng> PruningGts<R> {
         &self.rng
     }
 
-    fn pruning_step(&self) -> Result<ExploreStep, PolicyError> {
-        next_exploration(
-            &self.batch_sizes,
-            self.default,
-            PRUNING_ROUNDS,
-            &self.explorations,
-        )
-    }
-
     /// The most recent rewards of `bs` (all of them when the window is 0), oldest first.
-    fn window(&self, bs: u32) -> Vec<f64> {
-        let all: Vec<f64> = self
-            .history
-            .iter()
-            .filter(|(b, _)| *b == bs)
-            .map(|(_, r)| *r)
-            .collect();
+    fn window(&self, bs: u32) -> &[f64] {
+        let all = self.rewards.get(&bs).map(Vec::as_slice).unwrap_or_default();
         let skip = if self.window_size > 0 {
             all.len().saturating_sub(self.window_size)
         } else {
             0
         };
-        all[skip..].to_vec()
+        &all[skip..]
     }
 
     fn fitted(&self, bs: u32, rewards: &[f64]) -> Arm {
@@ -135,7 +127,7 @@ impl<R: BanditRng> PruningGts<R> {
                     rewards.len()
                 )));
             }
-            arms.push(self.fitted(bs, &rewards));
+            arms.push(self.fitted(bs, rewards));
         }
         self.arms = Some(arms);
         Ok(())
@@ -147,7 +139,7 @@ impl<R: BanditRng> PruningGts<R> {
     /// [`PolicyError::NoConvergedBatchSize`] when pruning left nothing.
     pub fn predict(&mut self) -> Result<u32, PolicyError> {
         if self.arms.is_none() {
-            match self.pruning_step()? {
+            match self.step.clone()? {
                 ExploreStep::Explore(bs) => return Ok(bs),
                 ExploreStep::Wait => unreachable!("in-memory explorations are never dispatched"),
                 ExploreStep::Done(survivors) => self.build_arms(&survivors)?,
@@ -177,9 +169,8 @@ impl<R: BanditRng> PruningGts<R> {
                     "Unknown arm {bs}; arms are {known:?}"
                 )));
             };
-            self.history.push((bs, -cost));
-            let rewards = self.window(bs);
-            let arm = self.fitted(bs, &rewards);
+            self.rewards.entry(bs).or_default().push(-cost);
+            let arm = self.fitted(bs, self.window(bs));
             if let Some(arms) = self.arms.as_mut() {
                 arms[i] = arm;
             }
@@ -190,9 +181,9 @@ impl<R: BanditRng> PruningGts<R> {
                 "observe needs `converged` during pruning exploration".into(),
             )
         })?;
-        self.history.push((bs, -cost));
-        let expecting = match self.pruning_step()? {
-            ExploreStep::Explore(e) => e,
+        self.rewards.entry(bs).or_default().push(-cost);
+        let expecting = match self.step {
+            Ok(ExploreStep::Explore(e)) => e,
             _ => 0,
         };
         if expecting != bs {
@@ -208,6 +199,12 @@ impl<R: BanditRng> PruningGts<R> {
             converged,
             cost,
         });
+        self.step = next_exploration(
+            &self.batch_sizes,
+            self.default,
+            PRUNING_ROUNDS,
+            &self.explorations,
+        );
         Ok(())
     }
 }

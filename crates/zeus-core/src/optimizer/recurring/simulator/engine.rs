@@ -22,7 +22,8 @@ impl PathSampler for NumpyRng {
                 "no training path to sample".into(),
             ));
         }
-        Ok(self.choice(n, 1)[0])
+        // One pick of Floyd's algorithm is one bounded draw (`NumpyRng::choice(n, 1)`).
+        Ok(self.bounded(n as u64 - 1) as usize)
     }
 }
 
