@@ -156,7 +156,8 @@ def nvml_library_path() -> Path:
         FileNotFoundError: the package was built without it.
 
     """
-    path = Path(__file__).resolve().parent.parent / "_bin" / "libnvidia-ml.so.1"
+    # python/zeus/_bin, shipped with the wheel beside the `zeus` package files.
+    path = Path(__file__).resolve().parents[2] / "_bin" / "libnvidia-ml.so.1"
     if not path.is_file():
         raise FileNotFoundError(
             f"the simulated NVML library is missing at {path}; reinstall zeus from source "
