@@ -12,7 +12,7 @@ Two more measurements put the figures in context, since this machine's speed var
   and as a trivial ASGI app under uvicorn (the HTTP server the real one runs on). This is the
   best any server, or any app on uvicorn, could score here and now.
 - `--in-process`: CPU per trial cycle of the ASGI application itself, called directly (no
-  HTTP, no generator), through the per-epoch short path and through FastAPI's routes.
+  HTTP, no generator).
 - `--reference PYTHON`: the reference server side by side, on SQLite, run by an interpreter
   that has it. Zeus 0.8.2's wheel lacks the server; zeus-ml 0.9.1 ships the same FastAPI +
   SQLAlchemy design and needs pydantic 1:
@@ -371,17 +371,11 @@ async def _asgi_call(app: Any, method: str, path: str, query: bytes, body: bytes
     return b"".join(chunks)
 
 
-async def _in_process(url: str, cycles: int, hot: bool) -> float:
-    from fastapi import FastAPI
+async def _in_process(url: str, cycles: int) -> float:
     from zeus.optimizer.batch_size.server.app import create_app
     from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
 
-    app = create_app(ZeusBsoSettings(database_url=url, auto_migrate=True))
-
-    async def fastapi_only(scope: Any, receive: Any, send: Any) -> None:
-        await FastAPI.__call__(app, scope, receive, send)
-
-    entry = app if hot else fastapi_only
+    entry = create_app(ZeusBsoSettings(database_url=url, auto_migrate=True))
     spec = {
         "job_id": None,
         "job_id_prefix": "bench",
@@ -392,7 +386,7 @@ async def _in_process(url: str, cycles: int, hot: bool) -> float:
         "number_of_gpus": 1,
         "gpu_model": "A40",
     }
-    async with app.router.lifespan_context(app):
+    async with entry.running():
         jobs = []
         for _ in range(32):
             created = await _asgi_call(entry, "POST", "/jobs", b"", json.dumps(spec).encode())
@@ -415,19 +409,17 @@ async def _in_process(url: str, cycles: int, hot: bool) -> float:
 
 
 def run_in_process(backend: str, args: argparse.Namespace, tmp: Path) -> None:
-    for hot in (True, False):
-        url = database_url(backend, args, tmp)
-        try:
-            per_cycle = asyncio.run(_in_process(url, args.cycles_in_process, hot))
-        finally:
-            if backend == "postgres":
-                drop_postgres(url)
-        path = "short path" if hot else "FastAPI routes"
-        print(
-            f"[{backend}, in-process, {path}] {1e6 * per_cycle:.0f} us CPU per cycle "
-            f"({args.cycles_in_process} cycles over 32 jobs)",
-            flush=True,
-        )
+    url = database_url(backend, args, tmp)
+    try:
+        per_cycle = asyncio.run(_in_process(url, args.cycles_in_process))
+    finally:
+        if backend == "postgres":
+            drop_postgres(url)
+    print(
+        f"[{backend}, in-process] {1e6 * per_cycle:.0f} us CPU per cycle "
+        f"({args.cycles_in_process} cycles over 32 jobs)",
+        flush=True,
+    )
 
 
 BACKENDS = ("sqlite", "postgres")

@@ -1,50 +1,36 @@
-"""The per-epoch endpoints' short path answers exactly as the FastAPI routes do; keep-alive policy.
-
-In-process (httpx over ASGI), so each request can be sent once through `BsoApp.__call__` and
-once straight to FastAPI's own `__call__`, on two databases that saw the same requests.
+"""The application in-process (httpx over ASGI): the one dispatcher, its OpenAPI document,
+auth, body limits, lifespan and keep-alive policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import httpx
 import pytest
 from bso_helpers import job_spec
-from fastapi import FastAPI
 from hypothesis import given
 from hypothesis import strategies as st
-from zeus.optimizer.batch_size.server.app import create_app
+from zeus.optimizer.batch_size.server.app import MAX_BODY_BYTES, ROUTES, BsoApp, create_app
 from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
-from zeus.optimizer.batch_size.server.hot_path import MAX_REPORT_BODY_BYTES, BsoApp
+from zeus.optimizer.batch_size.server.errors import ErrorBody
 from zeus.optimizer.batch_size.server.keepalive import KeepAlivePolicy
 
 
-class Served:
-    """An app with its database open, and a client that reaches it through `entry`."""
-
-    def __init__(self, app: BsoApp, entry: Callable[..., Any], client: Any = ("127.0.0.1", 1)):
-        self.app = app
-        transport = httpx.ASGITransport(app=entry, client=client)
-        self.http = httpx.AsyncClient(transport=transport, base_url="http://bso")
+def client(app: BsoApp, port: int = 1) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", port))
+    return httpx.AsyncClient(transport=transport, base_url="http://bso")
 
 
 @asynccontextmanager
-async def _open(tmp: Path, name: str, *, hot: bool, **settings: Any) -> AsyncIterator[Served]:
-    app = create_app(ZeusBsoSettings(database_url=f"sqlite:///{tmp / name}.db", **settings))
-
-    async def fastapi_only(scope: Any, receive: Any, send: Any) -> None:
-        await FastAPI.__call__(app, scope, receive, send)
-
-    async with app.router.lifespan_context(app):
-        served = Served(app, app if hot else fastapi_only)
-        yield served
-        await served.http.aclose()
+async def _open(tmp: Path, **settings: Any) -> AsyncIterator[tuple[BsoApp, httpx.AsyncClient]]:
+    app = create_app(ZeusBsoSettings(database_url=f"sqlite:///{tmp / 'bso'}.db", **settings))
+    async with app.running(), client(app) as http:
+        yield app, http
 
 
 def run(coro: Any) -> Any:
@@ -57,23 +43,26 @@ def _report_body(trial: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     return body
 
 
-async def _script(http: httpx.AsyncClient) -> list[tuple[int, Any]]:
+async def _script(http: httpx.AsyncClient) -> list[tuple[str, str, httpx.Response]]:
     """Drive one job through pruning into the bandit, with every kind of bad request mixed in."""
-    out: list[tuple[int, Any]] = []
+    out: list[tuple[str, str, httpx.Response]] = []
 
     async def send(method: str, url: str, **kwargs: Any) -> httpx.Response:
         r = await http.request(method, url, **kwargs)
-        out.append((r.status_code, r.json()))
+        out.append((method, url, r))
         return r
 
-    spec = job_spec(job_id="test-parity", num_pruning_rounds=1, batch_sizes=[32, 64, 128])
+    spec = job_spec(job_id="test-script", num_pruning_rounds=1, batch_sizes=[32, 64, 128])
     spec["default_batch_size"] = 64
     await send("POST", "/jobs", json=spec)
+    await send("POST", "/jobs", json=spec)
+    await send("POST", "/jobs", json={**spec, "eta_knob": 0.9})
+    await send("POST", "/jobs", json={**spec, "batch_sizes": []})
     await send("GET", "/jobs/batch_size", params={"job_id": "test-unknown"})
     await send("GET", "/jobs/batch_size", params={"job_id": ""})
-    await send("GET", "/jobs/batch_size")  # Missing parameter: FastAPI answers on both paths.
+    await send("GET", "/jobs/batch_size")
     for cycle in range(8):
-        r = await send("GET", "/jobs/batch_size", params={"job_id": "test-parity"})
+        r = await send("GET", "/jobs/batch_size", params={"job_id": "test-script"})
         trial = r.json()
         if cycle == 0:
             raw = json.dumps(_report_body(trial)).encode()
@@ -92,64 +81,179 @@ async def _script(http: httpx.AsyncClient) -> list[tuple[int, Any]]:
             await send("POST", "/report", content=raw.replace(b"10.0", b"Infinity"))
             await send("POST", "/report", content=raw[:-3])
             await send("POST", "/report", content=b"\xff\xfe")
-            await send("POST", "/report", json=_report_body(trial, metric=0.1))  # Keep going.
+            await send("POST", "/report", json=_report_body(trial, metric=0.1, current_epoch=2))
+            await send("POST", "/report", json=_report_body(trial, metric=0.1, current_epoch=1))
+            await send("PATCH", "/trials", json=dict(trial, batch_size=32))
+            await send("PATCH", "/trials", json=dict(trial, trial_number=77))
         # Cheaper batch sizes converge; the default one is the most expensive.
         energy = 1000.0 + 100.0 * trial["batch_size"]
-        await send("POST", "/report", json=_report_body(trial, energy=energy))
-        await send("POST", "/report", json=_report_body(trial, energy=energy))  # Already in.
+        body = _report_body(trial, energy=energy, current_epoch=3)
+        await send("POST", "/report", json=body)
+        await send("POST", "/report", json=body)  # Already in.
+        await send("PATCH", "/trials", json=trial)
+    await send("DELETE", "/jobs", params={"job_id": "test-script"})
+    await send("DELETE", "/jobs", params={"job_id": "test-script"})
     return out
 
 
-def test_hot_path_answers_as_fastapi_does(tmp_path: Path) -> None:
-    async def both() -> tuple[list[Any], list[Any]]:
-        results = []
-        for hot in (True, False):
-            async with _open(tmp_path, f"hot{hot}", hot=hot) as served:
-                results.append(await _script(served.http))
-        return results[0], results[1]
+def test_every_answer_is_declared_in_the_openapi_document(tmp_path: Path) -> None:
+    """Each status the script met is declared for its operation; every error is one shape."""
 
-    hot, slow = run(both())
-    assert len(hot) == len(slow) > 40
-    for i, (a, b) in enumerate(zip(hot, slow)):
-        assert a == b, f"request {i}: hot path {a} != FastAPI {b}"
-    assert {status for status, _ in hot} == {200, 201, 400, 422}
-    # The script reached the bandit stage, so both paths ran the whole decision logic.
-    for hot_db in (True, False):
-        with sqlite3.connect(tmp_path / f"hot{hot_db}.db") as db:
-            assert db.execute("SELECT stage FROM bso_job").fetchall() == [("MAB",)]
-            assert db.execute("SELECT count(*) FROM bso_arm").fetchall() == [(3,)]
+    async def go() -> tuple[dict[str, Any], list[tuple[str, str, httpx.Response]]]:
+        async with _open(tmp_path) as (app, http):
+            document = (await http.get("/openapi.json")).json()
+            return document, await _script(http)
+
+    document, answers = run(go())
+    seen = set()
+    for method, url, r in answers:
+        declared = document["paths"][url][method.lower()]["responses"]
+        assert str(r.status_code) in declared, (method, url, r.status_code, r.text)
+        seen.add((method, url, r.status_code))
+        if r.status_code >= 400:
+            body = ErrorBody.model_validate(r.json())
+            assert body.detail and body.detail[0].loc[0] in ("body", "query")
+    assert {status for _, _, status in seen} == {200, 201, 404, 409, 422}
+    # The script reached the bandit stage and deleted the job.
+    assert ("DELETE", "/jobs", 404) in seen
+    # Every route is documented with every status it declares in the route table.
+    for route in ROUTES:
+        responses = document["paths"][route.path][route.method.lower()]["responses"]
+        statuses = {s for s, _, _ in route.answers} | set(route.errors)
+        assert set(responses) == {str(s) for s in statuses}
+        for status in route.errors:
+            assert responses[str(status)]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorBody"
+            }
 
 
-def test_oversized_report_is_413_and_closes(tmp_path: Path) -> None:
+def test_openapi_states_the_ranges() -> None:
+    document = create_app(ZeusBsoSettings(database_url="sqlite://")).openapi
+    schemas = document["components"]["schemas"]
+    job = schemas["JobSpecFromClient"]["properties"]
+    assert job["batch_sizes"]["minItems"] == 1
+    assert job["batch_sizes"]["maxItems"] == 1024
+    assert job["batch_sizes"]["uniqueItems"] is True
+    assert job["batch_sizes"]["items"]["maximum"] == 2**31 - 1
+    assert job["max_epochs"] == {**job["max_epochs"], "minimum": 1, "maximum": 2**31 - 1}
+    assert job["gpu_model"]["maxLength"] == 300
+    assert job["gpu_model"]["pattern"] == "^[^\\x00]*$"
+    (query,) = document["paths"]["/jobs/batch_size"]["get"]["parameters"]
+    assert query["schema"]["minLength"] == 1 and query["schema"]["maxLength"] == 400
+    report = schemas["TrainingResult"]["properties"]
+    assert report["current_epoch"]["maximum"] == 2**31 - 1
+    assert "security" not in document
+
+
+@pytest.mark.parametrize(
+    ("method", "url"), [("POST", "/jobs"), ("POST", "/report"), ("PATCH", "/trials")]
+)
+def test_oversized_body_is_413_and_closes(tmp_path: Path, method: str, url: str) -> None:
     async def go() -> httpx.Response:
-        async with _open(tmp_path, "big", hot=True) as served:
-            body = b'{"pad": "' + b"x" * MAX_REPORT_BODY_BYTES + b'"}'
-            return await served.http.post("/report", content=body)
+        async with _open(tmp_path) as (_, http):
+            body = b'{"pad": "' + b"x" * MAX_BODY_BYTES + b'"}'
+            return await http.request(method, url, content=body)
 
     r = run(go())
     assert r.status_code == 413
-    assert str(MAX_REPORT_BODY_BYTES) in r.json()["message"]
+    assert str(MAX_BODY_BYTES) in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["body"]
     assert r.headers["connection"] == "close"
 
 
-def test_token_checked_on_hot_path(tmp_path: Path) -> None:
-    async def go() -> list[int]:
-        codes = []
-        async with _open(tmp_path, "auth", hot=True, token="s3cret") as served:
-            ok = {"Authorization": "Bearer s3cret"}
+def test_unknown_paths_and_methods(tmp_path: Path) -> None:
+    async def go() -> list[httpx.Response]:
+        async with _open(tmp_path) as (_, http):
+            return [
+                await http.get("/nowhere"),
+                await http.put("/jobs"),
+                await http.post("/jobs/batch_size"),
+                await http.post("/docs"),
+            ]
+
+    missing, put, post, docs = run(go())
+    assert missing.status_code == 404 and missing.json()["detail"][0]["loc"] == ["path"]
+    assert (put.status_code, put.headers["allow"]) == (405, "DELETE, POST")
+    assert (post.status_code, post.headers["allow"]) == (405, "GET")
+    assert (docs.status_code, docs.headers["allow"]) == (405, "GET, HEAD")
+
+
+def test_token_covers_everything_and_the_scheme_is_case_insensitive(tmp_path: Path) -> None:
+    async def go(public_docs: bool) -> dict[str, list[int]]:
+        codes: dict[str, list[int]] = {}
+        async with _open(tmp_path, token="s3cret", public_docs=public_docs) as (app, http):
             spec = job_spec()
-            assert (await served.http.post("/jobs", json=spec, headers=ok)).status_code == 201
-            trial = {"job_id": spec["job_id"], "batch_size": 1024, "trial_number": 1}
-            for headers in ({}, {"Authorization": "Bearer s3cre"}, ok):
-                r = await served.http.get(
-                    "/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=headers
+            assert app.openapi["security"] == [{"bearerAuth": []}]
+            for scheme in ("Bearer", "bearer", "BEARER", "BeArEr"):
+                r = await http.post(
+                    "/jobs", json=spec, headers={"Authorization": f"{scheme} s3cret"}
                 )
-                codes.append(r.status_code)
-                r = await served.http.post("/report", json=_report_body(trial), headers=headers)
-                codes.append(r.status_code)
+                assert r.status_code in (200, 201), scheme
+            trial = {"job_id": spec["job_id"], "batch_size": 1024, "trial_number": 1}
+            for name, headers in (
+                ("none", {}),
+                ("wrong", {"Authorization": "Bearer s3cre"}),
+                ("longer", {"Authorization": "Bearer s3crett"}),
+                ("no scheme", {"Authorization": "s3cret"}),
+                ("other scheme", {"Authorization": "Token s3cret"}),
+                ("ok", {"Authorization": "bearer  s3cret"}),
+            ):
+                codes[name] = [
+                    (await http.request(method, url, headers=headers, **kw)).status_code
+                    for method, url, kw in (
+                        ("GET", "/jobs/batch_size", {"params": {"job_id": spec["job_id"]}}),
+                        ("POST", "/report", {"json": _report_body(trial)}),
+                        ("GET", "/openapi.json", {}),
+                        ("GET", "/docs", {}),
+                        ("GET", "/redoc", {}),
+                        ("GET", "/nowhere", {}),
+                    )
+                ]
         return codes
 
-    assert run(go()) == [401, 401, 401, 401, 200, 200]
+    private = run(go(False))
+    refused = [401] * 6
+    assert private == {
+        "none": refused,
+        "wrong": refused,
+        "longer": refused,
+        "no scheme": refused,
+        "other scheme": refused,
+        "ok": [200, 200, 200, 200, 200, 404],
+    }
+    # ZEUS_BSO_PUBLIC_DOCS: the documentation without the token, nothing else.
+    public = run(go(True))
+    assert public["none"] == [401, 401, 200, 200, 200, 401]
+    assert public["ok"] == [200, 200, 200, 200, 200, 404]
+
+
+def test_settings_refuse_a_token_a_header_cannot_carry() -> None:
+    for bad in (" s3cret", "s3cret\n", "sécret"):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            ZeusBsoSettings(token=bad)
+    assert ZeusBsoSettings(token="").token is None  # Empty means no auth, as before.
+
+
+def test_lifespan_reports_a_failed_start(tmp_path: Path) -> None:
+    """uvicorn must stop, not serve without a database, when the start-up fails."""
+    app = create_app(ZeusBsoSettings(database_url=f"sqlite:///{tmp_path}/no/such/dir/x.db"))
+    sent: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        messages = iter([{"type": "lifespan.startup"}])
+
+        async def receive() -> dict[str, Any]:
+            return next(messages)
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await app({"type": "lifespan"}, receive, send)
+
+    with pytest.raises(Exception, match="unable to open database"):
+        run(go())
+    assert [m["type"] for m in sent] == ["lifespan.startup.failed"]
+    assert app.service is None
 
 
 def test_connection_close_once_busy(tmp_path: Path) -> None:
@@ -157,15 +261,14 @@ def test_connection_close_once_busy(tmp_path: Path) -> None:
 
     async def go() -> list[str | None]:
         seen = []
-        async with _open(tmp_path, "ka", hot=True, max_keepalive=2) as served:
+        async with _open(tmp_path, max_keepalive=2) as (app, http):
             spec = job_spec()
-            await served.http.post("/jobs", json=spec)
+            await http.post("/jobs", json=spec)
             for port in (1, 2, 1, 3, 1):
-                transport = httpx.ASGITransport(app=served.app, client=("127.0.0.1", port))
-                async with httpx.AsyncClient(transport=transport, base_url="http://bso") as c:
+                async with client(app, port) as c:
                     r = await c.get("/jobs/batch_size", params={"job_id": spec["job_id"]})
                     seen.append(r.headers.get("connection"))
-                    r = await c.get("/openapi.json")  # The FastAPI path is covered too.
+                    r = await c.get("/openapi.json")  # The documentation too.
                     seen.append(r.headers.get("connection"))
         return seen
 

@@ -119,7 +119,16 @@ def test_register_generates_job_id_from_prefix(http: httpx.Client) -> None:
         ({"max_power": 0}, "max_power"),
         ({"number_of_gpus": 0}, "number_of_gpus"),
         ({"gpu_model": ""}, "gpu_model"),
+        ({"gpu_model": "x" * 301}, "gpu_model"),
         ({"job_id": "other-1"}, "job_id"),  # must start with the prefix
+        ({"job_id": ""}, "job_id"),
+        ({"job_id": "test-" + "x" * 396}, "job_id"),
+        ({"job_id_prefix": ""}, "job_id_prefix"),
+        ({"batch_sizes": list(range(1, 1026)), "default_batch_size": 1}, "batch_sizes"),
+        ({"max_power": 2e9}, "max_power"),
+        ({"mab_prior_precision": 1e31}, "mab_prior_precision"),
+        ({"max_epochs": "100"}, "max_epochs"),  # a number in a string is not a number
+        ({"higher_is_better_metric": 1}, "higher_is_better_metric"),
     ],
 )
 def test_register_rejects_bad_config(
@@ -152,7 +161,7 @@ def test_delete_job(http: httpx.Client, db: Database) -> None:
     assert r.status_code == 404
     assert "No job was deleted" in r.json()["message"]
     r = http.get("/jobs/batch_size", params={"job_id": job["job_id"]})
-    assert r.status_code == 400
+    assert r.status_code == 404
 
 
 # -- prediction ------------------------------------------------------------------------------
@@ -173,11 +182,13 @@ def test_predict_default_then_concurrent(http: httpx.Client, db: Database) -> No
 
 def test_predict_unknown_job_and_missing_parameter(http: httpx.Client) -> None:
     r = http.get("/jobs/batch_size", params={"job_id": "test-nope"})
-    assert r.status_code == 400
+    assert r.status_code == 404
     assert "Unknown job" in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["query", "job_id"]
     r = http.get("/jobs/batch_size")
     assert r.status_code == 422
     assert "job_id" in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["query", "job_id"]
 
 
 def test_concurrent_predictions_get_distinct_trial_numbers(
@@ -271,10 +282,10 @@ def test_min_cost_ignores_non_converged_trials(http: httpx.Client, db: Database)
 @pytest.mark.parametrize(
     ("change", "status", "field"),
     [
-        ({"trial_number": 99}, 400, "trial_number"),
-        ({"job_id": "test-unknown"}, 400, "job_id"),
-        ({"batch_size": 100}, 400, "batch_size"),  # not in the job's list
-        ({"batch_size": 512}, 400, "batch_size"),  # in the list but not this trial's
+        ({"trial_number": 99}, 404, "trial_number"),
+        ({"job_id": "test-unknown"}, 404, "job_id"),
+        ({"batch_size": 100}, 409, "batch_size"),  # not in the job's list
+        ({"batch_size": 512}, 409, "batch_size"),  # in the list but not this trial's
         ({"energy": -1.0}, 422, "energy"),
         ({"time": -0.5}, 422, "time"),
         ({"current_epoch": -1}, 422, "current_epoch"),
@@ -291,6 +302,7 @@ def test_report_rejects_bad_input_without_side_effects(
     r = http.post("/report", json=body)
     assert r.status_code == status, r.text
     assert field in r.json()["message"]
+    assert r.json()["detail"][0]["loc"] == ["body", field]
     assert trial_rows(db, job["job_id"]) == [(1, 1024, "Exploration", "Dispatched", None, 0)]
     assert db.query("SELECT min_cost FROM bso_job WHERE job_id = :j", j=job["job_id"]) == [(None,)]
 
@@ -311,9 +323,118 @@ def test_report_rejects_non_finite_numbers(
     assert trial_rows(db, job["job_id"])[0][3] == "Dispatched"
 
 
-def test_report_malformed_json(http: httpx.Client) -> None:
-    r = http.post("/report", content=b"{not json", headers={"content-type": "application/json"})
-    assert r.status_code == 422
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{not json",
+        b'{"job_id": "test-x", "batch_size": 1',  # truncated
+        b"\xff\xfe\xfa",  # not UTF-8
+        b"\x80{}",
+        b"[" * 50_000,  # nested deeper than the parser's recursion limit
+    ],
+)
+@pytest.mark.parametrize(
+    ("method", "url"), [("POST", "/jobs"), ("POST", "/report"), ("PATCH", "/trials")]
+)
+def test_malformed_bodies_answer_alike_on_every_route(
+    http: httpx.Client, method: str, url: str, raw: bytes
+) -> None:
+    r = http.request(method, url, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    (detail,) = r.json()["detail"]
+    assert detail["loc"] == ["body"]  # the body, not a character offset
+    assert detail["type"] == "json_invalid"
+    assert r.json()["message"].startswith("The body is not JSON")
+
+
+# Integers the databases cannot store: beyond PostgreSQL's `integer`, beyond SQLite's 64 bits.
+TOO_LARGE = [2**31, 2**63, -(2**63) - 1]
+JOB_INTEGERS = [
+    "default_batch_size",
+    "max_epochs",
+    "window_size",
+    "num_pruning_rounds",
+    "mab_num_explorations",
+    "number_of_gpus",
+]
+
+
+@pytest.mark.parametrize("value", TOO_LARGE)
+@pytest.mark.parametrize("field", [*JOB_INTEGERS, "batch_sizes"])
+def test_register_refuses_integers_beyond_storage(
+    http: httpx.Client, db: Database, field: str, value: int
+) -> None:
+    spec = job_spec()
+    if field == "batch_sizes":
+        spec["batch_sizes"] = [*spec["batch_sizes"], value]
+        loc = ["body", "batch_sizes", len(spec["batch_sizes"]) - 1]
+    else:
+        spec[field] = value
+        loc = ["body", field]
+    r = http.post("/jobs", json=spec)
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["detail"]] == [loc]
+    assert db.query("SELECT count(*) FROM bso_job WHERE job_id = :j", j=spec["job_id"]) == [(0,)]
+
+
+@pytest.mark.parametrize("value", TOO_LARGE)
+@pytest.mark.parametrize(
+    ("method", "url", "field"),
+    [
+        ("POST", "/report", "trial_number"),
+        ("POST", "/report", "current_epoch"),
+        ("POST", "/report", "batch_size"),
+        ("PATCH", "/trials", "trial_number"),
+        ("PATCH", "/trials", "batch_size"),
+    ],
+)
+def test_trial_integers_beyond_storage(
+    http: httpx.Client, db: Database, method: str, url: str, field: str, value: int
+) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    body = dict(trial, time=1.0, energy=1.0, metric=0.6, current_epoch=1)
+    if url == "/trials":
+        body = dict(trial)
+    body[field] = value
+    r = http.request(method, url, json=body)
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["detail"]] == [["body", field]]
+    assert trial_rows(db, job["job_id"]) == [(1, 1024, "Exploration", "Dispatched", None, 0)]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("job_id", "test-a\x00b"), ("job_id_prefix", "te\x00st"), ("gpu_model", "A\x00100")],
+)
+def test_register_refuses_nul_characters(
+    http: httpx.Client, db: Database, field: str, value: str
+) -> None:
+    spec = job_spec(**{field: value})
+    before = db.query("SELECT count(*) FROM bso_job")
+    r = http.post("/jobs", json=spec)
+    assert r.status_code == 422, r.text
+    assert [d["loc"] for d in r.json()["detail"]] == [["body", field]]
+    assert db.query("SELECT count(*) FROM bso_job") == before
+
+
+def test_requests_refuse_nul_characters_in_job_ids(http: httpx.Client) -> None:
+    job = register(http)
+    trial = predict(http, job["job_id"])
+    bad = job["job_id"] + "\x00"
+    for method, url in (("GET", "/jobs/batch_size"), ("DELETE", "/jobs")):
+        r = http.request(method, url, params={"job_id": bad})
+        assert r.status_code == 422, (method, url, r.text)
+        assert r.json()["detail"][0]["loc"] == ["query", "job_id"]
+    report_body = dict(trial, job_id=bad, time=1.0, energy=1.0, metric=0.6, current_epoch=1)
+    for method, url, body in (
+        ("POST", "/report", report_body),
+        ("PATCH", "/trials", dict(trial, job_id=bad)),
+    ):
+        r = http.request(method, url, json=body)
+        assert r.status_code == 422, (method, url, r.text)
+        assert r.json()["detail"][0]["loc"] == ["body", "job_id"]
+    assert predict(http, job["job_id"])["trial_number"] == 2  # Nothing else happened.
 
 
 # -- ending trials ---------------------------------------------------------------------------
@@ -431,24 +552,41 @@ def test_bearer_token_required_when_configured(database: Database) -> None:
             spec = job_spec()
             trial = {"job_id": spec["job_id"], "batch_size": 1024, "trial_number": 1}
             report_body = dict(trial, time=1.0, energy=1.0, metric=0.6, current_epoch=1)
-            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "t0ken"}):
+            for headers in (
+                {},
+                {"Authorization": "Bearer wrong"},
+                {"Authorization": "t0ken"},
+                {"Authorization": "Basic t0ken"},
+                {"Authorization": "Bearer t0ken2"},
+            ):
                 for method, url, kwargs in (
                     ("POST", "/jobs", {"json": spec}),
                     ("GET", "/jobs/batch_size", {"params": {"job_id": spec["job_id"]}}),
                     ("POST", "/report", {"json": report_body}),
                     ("PATCH", "/trials", {"json": trial}),
                     ("DELETE", "/jobs", {"params": {"job_id": spec["job_id"]}}),
+                    # The documentation and unknown paths too: nothing answers without it.
+                    ("GET", "/openapi.json", {}),
+                    ("GET", "/docs", {}),
+                    ("GET", "/redoc", {}),
+                    ("GET", "/nowhere", {}),
                 ):
                     r = http.request(method, url, headers=headers, **kwargs)
                     assert r.status_code == 401, (method, url, headers)
+                    assert r.headers["www-authenticate"] == "Bearer"
+                    assert r.json()["detail"][0]["loc"] == ["header", "authorization"]
             assert database.query("SELECT count(*) FROM bso_job") == [(0,)]
-            ok = {"Authorization": "Bearer t0ken"}
-            assert http.post("/jobs", json=spec, headers=ok).status_code == 201
-            r = http.get("/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=ok)
+            # The scheme is case-insensitive (RFC 7235).
+            ok, lower, upper = (
+                {"Authorization": f"{s} t0ken"} for s in ("Bearer", "bearer", "BEARER")
+            )
+            assert http.post("/jobs", json=spec, headers=lower).status_code == 201
+            r = http.get("/jobs/batch_size", params={"job_id": spec["job_id"]}, headers=upper)
             assert r.status_code == 200
             assert r.json() == trial
             r = http.post("/report", json=report_body, headers=ok)
             assert r.status_code == 200, r.text
+            assert http.get("/openapi.json", headers=ok).status_code == 200
     finally:
         srv.stop()
 

@@ -2,6 +2,13 @@
 
 The JSON shapes match the reference Zeus 0.8 REST API field for field, so clients of either
 server interoperate. Unknown JSON keys are ignored (pydantic's default), as the reference did.
+
+Every field carries the range that both databases can store and that makes sense, as pydantic
+constraints, so the server's OpenAPI states them and a value outside answers 422 naming the
+field on SQLite and PostgreSQL alike: integers fit PostgreSQL's 32-bit `integer` (SQLite would
+take 64 bits, PostgreSQL fails beyond 31), strings have the column's length and no NUL
+character (PostgreSQL's text types cannot hold one), the list of batch sizes is bounded, and
+floats are bounded so that the Zeus cost computed from them stays finite.
 """
 
 from __future__ import annotations
@@ -16,14 +23,29 @@ GET_NEXT_BATCH_SIZE_URL = "/jobs/batch_size"
 REPORT_RESULT_URL = "/report"
 REPORT_END_URL = "/trials"
 
-# Column widths of the server's schema; validated here so that a long value is a 422, not a
-# database error.
+# Column widths of the server's schema.
 MAX_JOB_ID_LEN = 400
 MAX_JOB_ID_PREFIX_LEN = 300
 MAX_GPU_MODEL_LEN = 300
+# The largest value of PostgreSQL's `integer`, the type of the integer columns.
+INT32_MAX = 2**31 - 1
+# Candidate batch sizes of one job. Each prediction reads them all; a job registered with a
+# million of them (7.9 MB) held the event loop for 0.19 s per prediction.
+MAX_BATCH_SIZES = 1024
+# Bounds of the measured quantities, far beyond any real job, that keep the Zeus cost
+# (eta * energy + (1 - eta) * max_power * time) and the bandit's sums finite.
+MAX_POWER_WATTS = 1e9
+MAX_SECONDS = 1e12
+MAX_JOULES = 1e21
+MAX_MAGNITUDE = 1e30
 
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-NonNegFiniteFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+# No NUL character: PostgreSQL's text types refuse it (SQLite would store it).
+_NO_NUL = r"^[^\x00]*$"
+
+JobId = Annotated[str, Field(min_length=1, max_length=MAX_JOB_ID_LEN, pattern=_NO_NUL)]
+PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX)]
+NonNegInt32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
+BoundedFloat = Annotated[float, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE, allow_inf_nan=False)]
 
 
 class JobParams(BaseModel):
@@ -32,7 +54,8 @@ class JobParams(BaseModel):
     Attributes:
         job_id: Unique id of the job (a recurrence shares it).
         job_id_prefix: Prefix of server-generated job ids; `job_id` must start with it.
-        batch_sizes: Candidate batch sizes (stored sorted, each positive, no duplicates).
+        batch_sizes: Candidate batch sizes (stored sorted, each positive, no duplicates, at
+            most `MAX_BATCH_SIZES`).
         default_batch_size: Batch size the first trial uses; must be in `batch_sizes`.
         eta_knob: Weight of energy against time in the cost, in [0, 1].
         beta_knob: Early-stop threshold multiplier on the best cost so far (> 0), or None to
@@ -50,30 +73,27 @@ class JobParams(BaseModel):
 
     """
 
-    job_id: str = Field(max_length=MAX_JOB_ID_LEN)
-    job_id_prefix: str = Field(min_length=1, max_length=MAX_JOB_ID_PREFIX_LEN)
-    batch_sizes: List[int]
-    default_batch_size: int = Field(gt=0)
+    job_id: JobId
+    job_id_prefix: str = Field(min_length=1, max_length=MAX_JOB_ID_PREFIX_LEN, pattern=_NO_NUL)
+    batch_sizes: List[PositiveInt32] = Field(
+        min_length=1, max_length=MAX_BATCH_SIZES, json_schema_extra={"uniqueItems": True}
+    )
+    default_batch_size: PositiveInt32
     eta_knob: float = Field(default=0.5, ge=0.0, le=1.0)
-    beta_knob: Optional[float] = Field(default=2.0, gt=0.0, allow_inf_nan=False)
-    target_metric: FiniteFloat = 0.5
+    beta_knob: Optional[float] = Field(default=2.0, gt=0.0, le=MAX_MAGNITUDE, allow_inf_nan=False)
+    target_metric: BoundedFloat = 0.5
     higher_is_better_metric: bool = True
-    max_epochs: int = Field(default=100, gt=0)
-    num_pruning_rounds: int = Field(default=2, ge=0)
-    window_size: int = 10
-    mab_prior_mean: FiniteFloat = 0.0
-    mab_prior_precision: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    mab_num_explorations: int = Field(default=2, ge=0)
+    max_epochs: PositiveInt32 = 100
+    num_pruning_rounds: NonNegInt32 = 2
+    window_size: int = Field(default=10, ge=-INT32_MAX - 1, le=INT32_MAX)
+    mab_prior_mean: BoundedFloat = 0.0
+    mab_prior_precision: float = Field(default=0.0, ge=0.0, le=MAX_MAGNITUDE, allow_inf_nan=False)
+    mab_num_explorations: NonNegInt32 = 2
     mab_seed: Optional[int] = Field(default=None, ge=0, lt=2**63)
 
     @field_validator("batch_sizes")
     @classmethod
     def _check_batch_sizes(cls, bss: list[int]) -> list[int]:
-        if not bss:
-            raise ValueError("batch_sizes is empty")
-        bad = [b for b in bss if b <= 0]
-        if bad:
-            raise ValueError(f"batch_sizes must be positive, got {bad}")
         if len(set(bss)) != len(bss):
             raise ValueError(f"batch_sizes has duplicates: {bss}")
         return sorted(bss)
@@ -98,15 +118,15 @@ class GpuConfig(BaseModel):
 
     """
 
-    max_power: float = Field(gt=0.0, allow_inf_nan=False)
-    number_of_gpus: int = Field(gt=0)
-    gpu_model: str = Field(min_length=1, max_length=MAX_GPU_MODEL_LEN)
+    max_power: float = Field(gt=0.0, le=MAX_POWER_WATTS, allow_inf_nan=False)
+    number_of_gpus: PositiveInt32
+    gpu_model: str = Field(min_length=1, max_length=MAX_GPU_MODEL_LEN, pattern=_NO_NUL)
 
 
 class JobSpec(JobParams):
     """A job as the user specifies it: `job_id` is optional (the server then generates one)."""
 
-    job_id: Optional[str] = Field(default=None, max_length=MAX_JOB_ID_LEN)  # type: ignore[assignment]
+    job_id: Optional[JobId] = None  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _check_prefix(self) -> JobSpec:
@@ -135,9 +155,9 @@ class TrialId(BaseModel):
 
     """
 
-    job_id: str = Field(min_length=1, max_length=MAX_JOB_ID_LEN)
-    batch_size: int = Field(gt=0)
-    trial_number: int = Field(gt=0)
+    job_id: JobId
+    batch_size: PositiveInt32
+    trial_number: PositiveInt32
 
 
 class TrainingResult(TrialId):
@@ -147,14 +167,17 @@ class TrainingResult(TrialId):
         time: Seconds spent by the trial so far (cumulative).
         energy: Joules spent by the trial so far (cumulative).
         metric: Latest validation metric.
-        current_epoch: Epochs done so far.
+        current_epoch: Epochs done so far. The server records the first report of each
+            epoch of a trial; another report of that epoch (a client retrying after a lost
+            answer) gets the same decision and changes nothing, and a report of an earlier
+            epoch is refused (409).
 
     """
 
-    time: NonNegFiniteFloat
-    energy: NonNegFiniteFloat
-    metric: FiniteFloat
-    current_epoch: int = Field(ge=0)
+    time: float = Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)
+    energy: float = Field(ge=0.0, le=MAX_JOULES, allow_inf_nan=False)
+    metric: BoundedFloat
+    current_epoch: NonNegInt32
 
 
 class ReportResponse(BaseModel):

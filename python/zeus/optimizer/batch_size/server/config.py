@@ -20,7 +20,11 @@ class ZeusBsoSettings(BaseSettings):
             `postgresql+asyncpg://user:pw@host/db`.
         auto_migrate: Apply the migrations at start-up (`ZEUS_BSO_AUTO_MIGRATE`). Unset means
             yes for SQLite and no otherwise (run `zeus-bso-server migrate` once instead).
-        token: Bearer token every request must carry (`ZEUS_BSO_TOKEN`); unset means no auth.
+        token: Bearer token every request must carry (`ZEUS_BSO_TOKEN`), the API documentation
+            included; unset or empty means no auth. Printable ASCII without leading or trailing
+            blanks (it travels in a header).
+        public_docs: Serve `/docs`, `/redoc` and `/openapi.json` without the token
+            (`ZEUS_BSO_PUBLIC_DOCS`); the API itself still needs it.
         echo_sql: Log every SQL statement (`ZEUS_BSO_ECHO_SQL`).
         log_level: Level of the server's loggers (`ZEUS_BSO_LOG_LEVEL`).
         pool_size: Database connections per server process (`ZEUS_BSO_POOL_SIZE`); SQLite
@@ -37,6 +41,7 @@ class ZeusBsoSettings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     auto_migrate: Optional[bool] = None
     token: Optional[str] = None
+    public_docs: bool = False
     echo_sql: bool = False
     log_level: str = "INFO"
     pool_size: int = Field(default=10, gt=0)
@@ -48,6 +53,15 @@ class ZeusBsoSettings(BaseSettings):
         # Like the reference: an unknown level name falls back to INFO rather than failing.
         level = level.upper()
         return level if isinstance(logging.getLevelName(level), int) else "INFO"
+
+    @field_validator("token")
+    @classmethod
+    def _header_safe_token(cls, token: Optional[str]) -> Optional[str]:
+        if not token:
+            return None
+        if not (token.isascii() and token.isprintable()) or token != token.strip():
+            raise ValueError("the token must be printable ASCII without leading or trailing blanks")
+        return token
 
     @property
     def is_sqlite(self) -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from zeus.exception import ZeusBaseError
 from zeus.optimizer.batch_size.common import (
     CreatedJob,
     JobSpecFromClient,
@@ -32,6 +31,12 @@ from zeus.optimizer.batch_size.common import (
 )
 from zeus.optimizer.batch_size.server import logic
 from zeus.optimizer.batch_size.server.db import Database, Statement, Tx
+from zeus.optimizer.batch_size.server.errors import (
+    ZeusBSOJobConfigMismatchError,
+    ZeusBSONotFoundError,
+    ZeusBSOServerBaseError,
+    ZeusBSOValueError,
+)
 from zeus.optimizer.batch_size.server.schema import (
     STAGE_MAB,
     STAGE_PRUNING,
@@ -46,37 +51,6 @@ from zeus.optimizer.batch_size.server.schema import (
     trials,
 )
 from zeus.util.metric import zeus_cost
-
-
-class ZeusBSOServerBaseError(ZeusBaseError):
-    """An error the server answers with `{"message": ...}` and `status_code`."""
-
-    status_code = 500
-
-
-class ZeusBSOValueError(ZeusBSOServerBaseError):
-    """The request refers to something that does not exist or does not fit the job."""
-
-    status_code = 400
-
-
-class ZeusBSONotFoundError(ZeusBSOServerBaseError):
-    """The thing to delete or end does not exist."""
-
-    status_code = 404
-
-
-class ZeusBSOJobConfigMismatchError(ZeusBSOServerBaseError):
-    """A job id is registered again with a different configuration."""
-
-    status_code = 409
-
-
-class ZeusBSOServerRuntimeError(ZeusBSOServerBaseError):
-    """The job cannot continue (no batch size survived a pruning round)."""
-
-    status_code = 409
-
 
 # Columns that make up a job's configuration (compared on re-registration).
 _CONFIG_FIELDS = tuple(CreatedJob.model_fields)
@@ -134,7 +108,8 @@ class BsoService:
                 )
                 raise ZeusBSOJobConfigMismatchError(
                     f"Job({job_id}) is already registered with a different configuration "
-                    f"(fields {diff} differ). Use a new job_id for a different configuration."
+                    f"(fields {diff} differ). Use a new job_id for a different configuration.",
+                    *diff,
                 )
             return existing, False
         raise ZeusBSOServerBaseError(f"Could not register a job with prefix {spec.job_id_prefix}")
@@ -152,7 +127,7 @@ class BsoService:
         """Start a new trial of `job_id` and return it (its batch size is the decision).
 
         Raises:
-            ZeusBSOValueError: unknown job.
+            ZeusBSONotFoundError: unknown job.
             logic.NoConvergedBatchSizeError: pruning left no batch size.
 
         """
@@ -162,7 +137,8 @@ class BsoService:
         """Record a trial's progress and tell the client whether to stop.
 
         Raises:
-            ZeusBSOValueError: unknown job or trial, or a batch size that does not match.
+            ZeusBSONotFoundError: unknown job or trial.
+            ZeusBSOValueError: a batch size that is not the trial's.
 
         """
         return await self.db.run(_report, result)
@@ -171,7 +147,8 @@ class BsoService:
         """Mark a dispatched trial as failed (the client exited without finishing it).
 
         Raises:
-            ZeusBSONotFoundError: no such trial.
+            ZeusBSONotFoundError: no such job or trial.
+            ZeusBSOValueError: the batch size is not the trial's.
 
         """
         await self.db.run(_end_trial, trial)
@@ -328,7 +305,7 @@ async def _delete_job(tx: Tx, job_id: str) -> None:
     await _DEL_TRIALS.run(tx, key)
     await _DEL_ARMS.run(tx, key)
     if await _DEL_JOB.run(tx, key) == 0:
-        raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.")
+        raise ZeusBSONotFoundError(f"No job was deleted: unknown job_id {job_id!r}.", "job_id")
 
 
 async def _lock_job(tx: Tx, job_id: str) -> Any:
@@ -338,9 +315,9 @@ async def _lock_job(tx: Tx, job_id: str) -> Any:
     return row
 
 
-def _unknown_job(job_id: str) -> ZeusBSOValueError:
-    return ZeusBSOValueError(
-        f"Unknown job({job_id}) in field job_id. Please register the job first."
+def _unknown_job(job_id: str) -> ZeusBSONotFoundError:
+    return ZeusBSONotFoundError(
+        f"Unknown job({job_id}) in field job_id. Please register the job first.", "job_id"
     )
 
 
@@ -432,18 +409,21 @@ async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
     if job is None:
         raise _unknown_job(result.job_id)
     if job.trial_status is None:
-        raise ZeusBSOValueError(
-            f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}."
+        raise ZeusBSONotFoundError(
+            f"Unknown trial: trial_number {result.trial_number} of job {result.job_id}.",
+            "trial_number",
         )
     batch_sizes = json.loads(job.batch_sizes)
     if result.batch_size not in batch_sizes:
         raise ZeusBSOValueError(
-            f"batch_size {result.batch_size} is not one of the job's batch_sizes {batch_sizes}."
+            f"batch_size {result.batch_size} is not one of the job's batch_sizes {batch_sizes}.",
+            "batch_size",
         )
     if result.batch_size != job.trial_batch_size:
         raise ZeusBSOValueError(
             f"batch_size {result.batch_size} does not match trial "
-            f"{result.trial_number}'s batch size {job.trial_batch_size}."
+            f"{result.trial_number}'s batch size {job.trial_batch_size}.",
+            "batch_size",
         )
     if job.trial_status != STATUS_DISPATCHED:
         return ReportResponse(
@@ -517,17 +497,18 @@ async def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
 
 async def _end_trial(tx: Tx, trial: TrialId) -> None:
     key = {"k_job": trial.job_id, "number": trial.trial_number}
-    found = None
-    if await _SEL_JOB_LOCKED.first(tx, {"k_job": trial.job_id}) is not None:
-        found = await _SEL_TRIAL.first(tx, key)
+    await _lock_job(tx, trial.job_id)
+    found = await _SEL_TRIAL.first(tx, key)
     if found is None:
         raise ZeusBSONotFoundError(
-            f"Could not find trial_number {trial.trial_number} of job {trial.job_id}."
+            f"Could not find trial_number {trial.trial_number} of job {trial.job_id}.",
+            "trial_number",
         )
     if found.batch_size != trial.batch_size:
         raise ZeusBSOValueError(
             f"batch_size {trial.batch_size} does not match trial "
-            f"{trial.trial_number}'s batch size {found.batch_size}."
+            f"{trial.trial_number}'s batch size {found.batch_size}.",
+            "batch_size",
         )
     if found.status == STATUS_DISPATCHED:
         await _UPD_TRIAL_FAIL.run(tx, {**key, "b_end": time.time()})
