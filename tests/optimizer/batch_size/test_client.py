@@ -303,6 +303,70 @@ def test_connection_errors_are_retried(gpus: Any, no_atexit: list) -> None:
         )
 
 
+class LoseAnswers(httpx.BaseTransport):
+    """The real transport, but the first answer to each request of `paths` never arrives.
+
+    The server has received and processed the request; the client sees a read timeout.
+    """
+
+    def __init__(self, *paths: tuple[str, str]) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.paths = set(paths)
+        self.sent: list[tuple[str, str]] = []
+        self.lost = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        key = (request.method, request.url.path)
+        response = self.inner.handle_request(request)
+        self.sent.append(key)
+        # Every other request of these paths is the retry of the one before it.
+        if key in self.paths and self.sent.count(key) % 2 == 1:
+            response.read()
+            response.close()
+            self.lost += 1
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+
+def test_lost_answers_are_retried_and_counted_once(
+    url: str, gpus: Any, db: Database, no_atexit: list
+) -> None:
+    transport = LoseAnswers(("POST", "/jobs"), ("POST", "/report"), ("PATCH", "/trials"))
+    job = spec(job_id=f"client-lost-{uuid.uuid4().hex[:8]}", beta_knob=None, max_epochs=3)
+    bso = BatchSizeOptimizer(FakeMonitor([0]), url, job, backoff=0.001, transport=transport)
+    assert bso.get_batch_size() == 1024
+    with pytest.raises(ZeusBSOTrainFailError, match="max_epoch"):
+        train(bso, [0.1] * 5)
+    assert transport.lost == 4  # The registration and each of the three reports.
+    rows = db.query(
+        "SELECT status, converged, report_count, current_epoch FROM bso_trial WHERE job_id = :j",
+        j=job.job_id,
+    )
+    assert [(s, bool(c), n, e) for s, c, n, e in rows] == [("Succeeded", False, 3, 3)]
+    # A trial ended by the exit hook, whose answer was lost too, ends once.
+    bso = BatchSizeOptimizer(FakeMonitor([0]), url, job, backoff=0.001, transport=transport)
+    bso.get_batch_size()
+    no_atexit[-1]()
+    assert transport.lost == 6
+    rows = db.query(
+        "SELECT status FROM bso_trial WHERE job_id = :j ORDER BY trial_number", j=job.job_id
+    )
+    assert rows == [("Succeeded",), ("Failed",)]
+
+
+def test_a_lost_prediction_is_not_repeated(
+    url: str, gpus: Any, db: Database, no_atexit: list
+) -> None:
+    """Asking again would start a second trial; the error says the answer was lost."""
+    transport = LoseAnswers(("GET", "/jobs/batch_size"))
+    bso = BatchSizeOptimizer(FakeMonitor([0]), url, spec(), backoff=0.001, transport=transport)
+    with pytest.raises(ZeusBSORuntimError, match="ReadTimeout"):
+        bso.get_batch_size()
+    assert transport.sent.count(("GET", "/jobs/batch_size")) == 1
+    rows = db.query("SELECT count(*) FROM bso_trial WHERE job_id = :j", j=bso.job.job_id)
+    assert rows == [(1,)]
+
+
 def test_unreachable_server(gpus: Any, no_atexit: list) -> None:
     from bso_helpers import free_port
 

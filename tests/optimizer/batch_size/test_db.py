@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from bso_helpers import BACKENDS
 from bso_helpers import Database as FreshDatabase
+from sqlalchemy.ext.asyncio import create_async_engine
 from zeus.optimizer.batch_size.server import service
 from zeus.optimizer.batch_size.server.db import AsyncpgTx as AsyncpgTxForTest
 from zeus.optimizer.batch_size.server.db import Database, Statement, Tx, asyncpg_dsn
-from zeus.optimizer.batch_size.server.schema import jobs
+from zeus.optimizer.batch_size.server.schema import jobs, metadata
 
 
 async def _count_jobs(tx: Tx) -> int:
@@ -137,3 +139,44 @@ def test_pg_connection_left_in_a_transaction_is_rolled_back(database: FreshDatab
             await db.dispose()
 
     assert asyncio.run(go()) == 1  # t-lost was rolled back, t-1 committed.
+
+
+async def _insert_trial(tx: Tx, job_id: str) -> None:
+    values = {"b_job": job_id, "b_number": 1, "b_bs": 32, "b_type": "Exploration", "b_start": 0.0}
+    await service._INS_TRIAL.run(tx, values)
+
+
+def _schema_diff(connection: sa.Connection) -> list[Any]:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    return compare_metadata(MigrationContext.configure(connection), metadata)
+
+
+@pytest.mark.parametrize("database", BACKENDS, indirect=True)
+def test_migrations_build_the_schema_and_upgrade_old_databases(database: FreshDatabase) -> None:
+    """The revisions create exactly `schema.py`'s tables; a baseline database upgrades."""
+
+    async def go() -> list[Any]:
+        db = Database(database.url)
+        try:
+            await db.migrate("0001_baseline")
+            await db.run(service._insert_job, _job_values("t-1"))
+            await db.run(_insert_trial, "t-1")
+            await db.migrate()
+            if db.sync_engine is not None:
+                with db.sync_engine.connect() as conn:
+                    return _schema_diff(conn)
+            engine = create_async_engine(database.url)
+            try:
+                async with engine.connect() as conn:
+                    return await conn.run_sync(_schema_diff)
+            finally:
+                await engine.dispose()
+        finally:
+            await db.dispose()
+
+    assert asyncio.run(go()) == []
+    assert database.query("SELECT job_id FROM bso_job") == [("t-1",)]
+    # A trial from before the revision has no end message (and still answers, the old way).
+    assert database.query("SELECT trial_number, end_message FROM bso_trial") == [(1, None)]

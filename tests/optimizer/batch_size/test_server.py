@@ -247,14 +247,44 @@ def test_report_max_epochs_without_beta(http: httpx.Client) -> None:
     assert r["message"] == "Train failed to converge within max_epoch(3)"
 
 
-def test_report_twice_says_already_reported(http: httpx.Client, db: Database) -> None:
+def test_a_retried_report_counts_once(http: httpx.Client, db: Database) -> None:
+    """A client that lost an answer sends the report again: same decision, recorded once."""
+    job = register(http, beta_knob=None, max_epochs=3)
+    trial = predict(http, job["job_id"])
+    first = report(http, trial, 1e9, metric=0.1, epoch=1)
+    again = report(http, trial, 2e9, metric=0.2, epoch=1)  # Its data does not matter.
+    assert (first["stop_train"], first["converged"]) == (False, False)
+    assert (again["stop_train"], again["converged"]) == (False, False)
+    assert "already reported" in again["message"]
+    assert trial_rows(db, job["job_id"])[0][5] == 1
+    report(http, trial, 1e9, metric=0.1, epoch=2)
+    assert trial_rows(db, job["job_id"])[0][5] == 2
+    # An epoch before the last one recorded is not a retry but a client gone wrong.
+    body = dict(trial, time=1.0, energy=1.0, metric=0.1, current_epoch=1)
+    r = http.post("/report", json=body)
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "current_epoch"]
+    last = report(http, trial, 1e9, metric=0.1, epoch=3)
+    assert (last["stop_train"], last["converged"]) == (True, False)
+    retried = report(http, trial, 1e9, metric=0.1, epoch=3)
+    assert (retried["stop_train"], retried["converged"]) == (True, False)
+    rows = db.query(
+        "SELECT status, report_count, current_epoch FROM bso_trial WHERE job_id = :j",
+        j=job["job_id"],
+    )
+    assert rows == [("Succeeded", 3, 3)]
+
+
+def test_report_after_the_end_says_already_reported(http: httpx.Client, db: Database) -> None:
     job = register(http)
     trial = predict(http, job["job_id"])
-    report(http, trial, 10000)
-    r = report(http, trial, 10000)
+    first = report(http, trial, 10000)
+    assert first == {"stop_train": True, "converged": True, "message": "Train succeeded"}
+    assert report(http, trial, 10000) == first  # The same report again: the same answer.
+    r = report(http, trial, 10000, epoch=2)
     assert r["stop_train"] is True and r["converged"] is True
     assert r["message"] == "Result for this trial(1) is already reported."
-    assert trial_rows(db, job["job_id"])[0][5] == 1  # The duplicate is not recorded.
+    assert trial_rows(db, job["job_id"])[0][5] == 1  # The duplicates are not recorded.
 
 
 def test_lower_is_better_metric(http: httpx.Client) -> None:

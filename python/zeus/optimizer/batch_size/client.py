@@ -21,9 +21,13 @@ its batch size from the `ZEUS_BSO_BATCH_SIZE` environment variable (set it from 
 `get_batch_size()` in your launcher) and `on_evaluate` is a no-op there; stopping those ranks is
 then the launcher's job.
 
-Connection errors (the request never reached the server) are retried with exponential
-back-off; any other failure, and any non-2xx answer, raises `ZeusBSORuntimError`. Requests
-carry `Authorization: Bearer $ZEUS_BSO_TOKEN` when that variable is set.
+Failures are retried with exponential back-off where repeating the request is safe: any
+connection error or timeout for the requests the server treats as idempotent (a report, which
+it records once per epoch; ending a trial; registering a job under a given `job_id`), and for
+the others (asking for a batch size, which starts a trial; registering with a generated id)
+only a failure to connect, where the request never reached the server. Any other failure, and
+any non-2xx answer, raises `ZeusBSORuntimError`. Requests carry `Authorization: Bearer
+$ZEUS_BSO_TOKEN` when that variable is set.
 """
 
 from __future__ import annotations
@@ -65,6 +69,12 @@ logger = logging.getLogger(__name__)
 WINDOW_NAME = "BatchSizeOptimizerClient"
 BATCH_SIZE_ENV = "ZEUS_BSO_BATCH_SIZE"
 TOKEN_ENV = "ZEUS_BSO_TOKEN"
+
+# Failures where the request never reached the server.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Every failure of the connection, including a lost answer (a read error or timeout, a
+# connection closed before the response): retried only for idempotent requests.
+_RETRIED_ANYWAY = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 def _dist() -> Any:
@@ -113,7 +123,7 @@ class BatchSizeOptimizer(Callback):
             job: The job's specification.
             rank: This process's rank; only rank 0 talks to the server.
             timeout: Seconds each HTTP request may take.
-            max_retries: Retries of a request that could not connect.
+            max_retries: Retries of a failed request (see the module docstring for which).
             backoff: First retry delay in seconds; it doubles each retry.
             transport: httpx transport override (tests).
 
@@ -166,7 +176,14 @@ class BatchSizeOptimizer(Callback):
             base_url=server_url, timeout=timeout, headers=headers, transport=transport
         )
         if self.rank == 0:
-            resp = self._request("POST", REGISTER_JOB_URL, json=self.job.model_dump(mode="json"))
+            # With its job_id given, a registration repeated after a lost answer finds the
+            # job registered with the same configuration (200); a generated id would not.
+            resp = self._request(
+                "POST",
+                REGISTER_JOB_URL,
+                idempotent=self.job.job_id is not None,
+                json=self.job.model_dump(mode="json"),
+            )
             self.job = JobSpecFromClient.model_validate(
                 CreatedJob.model_validate(resp.json()).model_dump()
             )
@@ -174,19 +191,30 @@ class BatchSizeOptimizer(Callback):
 
     # -- HTTP ---------------------------------------------------------------------------------
 
-    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    def _request(self, method: str, url: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
+        """Send a request, retrying failures where that is safe.
+
+        Args:
+            method: HTTP method.
+            url: Path on the server.
+            idempotent: Whether the server treats a repeat of the request as the request
+                itself, so that it may be retried even when it may have reached the server.
+            **kwargs: Passed to `httpx.Client.request`.
+
+        """
+        retried = _RETRIED_ANYWAY if idempotent else _NEVER_SENT
         delay = self.backoff
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self._http.request(method, url, **kwargs)
                 break
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-                # The request never reached the server, so repeating it cannot double-count.
+            except retried as e:
                 if attempt == self.max_retries:
                     raise ZeusBSORuntimError(
                         f"Cannot reach the Zeus server at {self.server_url} after "
-                        f"{attempt + 1} attempts: {e}"
+                        f"{attempt + 1} attempts: {e!r}"
                     ) from e
+                logger.warning("%s %s failed (%r); retrying in %.2f s", method, url, e, delay)
                 time.sleep(delay)
                 delay *= 2
             except httpx.HTTPError as e:
@@ -211,7 +239,10 @@ class BatchSizeOptimizer(Callback):
         if self.current_batch_size:
             return self.current_batch_size
         if self.rank == 0:
-            resp = self._request("GET", GET_NEXT_BATCH_SIZE_URL, params={"job_id": self.job.job_id})
+            # Each prediction starts a trial: not repeated once it may have reached the server.
+            resp = self._request(
+                "GET", GET_NEXT_BATCH_SIZE_URL, idempotent=False, params={"job_id": self.job.job_id}
+            )
             trial = TrialId.model_validate(resp.json())
             if trial.batch_size not in self.job.batch_sizes:
                 raise ZeusBSORuntimError(
@@ -249,7 +280,7 @@ class BatchSizeOptimizer(Callback):
 
         def end_trial() -> None:
             try:
-                self._request("PATCH", REPORT_END_URL, json=trial.model_dump())
+                self._request("PATCH", REPORT_END_URL, idempotent=True, json=trial.model_dump())
             except ZeusBSORuntimError as e:  # Exiting anyway; just say so.
                 logger.warning("Could not end trial %d: %s", trial.trial_number, e)
 
@@ -303,7 +334,8 @@ class BatchSizeOptimizer(Callback):
             metric=metric,
             current_epoch=self.cur_epoch,
         )
-        resp = self._request("POST", REPORT_RESULT_URL, json=result.model_dump())
+        # The server records a trial's report once per epoch, so a retry cannot count twice.
+        resp = self._request("POST", REPORT_RESULT_URL, idempotent=True, json=result.model_dump())
         answer = ReportResponse.model_validate(resp.json())
         decision = (answer.stop_train, answer.converged, answer.message)
         _broadcast(decision, 0)

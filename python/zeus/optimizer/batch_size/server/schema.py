@@ -78,6 +78,9 @@ trials = sa.Table(
     sa.Column("report_count", sa.Integer, nullable=False, server_default="0"),
     sa.Column("current_epoch", sa.Integer, nullable=True),
     sa.Column("metric", sa.Double, nullable=True),
+    # The message of the answer that ended the trial, so that a retry of that last report
+    # (its answer was lost) gets the same answer (revision 0002).
+    sa.Column("end_message", sa.Text, nullable=True),
 )
 
 arms = sa.Table(

@@ -136,9 +136,14 @@ class BsoService:
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a trial's progress and tell the client whether to stop.
 
+        Idempotent per (trial, epoch): the first report of an epoch is recorded; another one
+        of the same epoch (a retry after a lost answer) changes nothing and gets the same
+        decision, as does any report once the trial has ended.
+
         Raises:
             ZeusBSONotFoundError: unknown job or trial.
-            ZeusBSOValueError: a batch size that is not the trial's.
+            ZeusBSOValueError: a batch size that is not the trial's, or an epoch before the
+                last one recorded.
 
         """
         return await self.db.run(_report, result)
@@ -166,6 +171,8 @@ _SEL_JOB_LOCKED_WITH_TRIAL = Statement(
         trials.c.batch_size.label("trial_batch_size"),
         trials.c.status.label("trial_status"),
         trials.c.converged.label("trial_converged"),
+        trials.c.current_epoch.label("trial_epoch"),
+        trials.c.end_message.label("trial_end_message"),
     )
     .select_from(
         jobs.outerjoin(
@@ -218,6 +225,7 @@ _UPD_TRIAL_FINISH = Statement(
         time=_B("b_time"),
         energy=_B("b_energy"),
         converged=_B("b_converged"),
+        end_message=_B("b_message"),
     )
 )
 _UPD_TRIAL_FAIL = Statement(
@@ -426,10 +434,27 @@ async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
             "batch_size",
         )
     if job.trial_status != STATUS_DISPATCHED:
+        message = f"Result for this trial({result.trial_number}) is already reported."
+        if result.current_epoch == job.trial_epoch and job.trial_end_message is not None:
+            message = job.trial_end_message  # The last report again: its answer again.
+        return ReportResponse(stop_train=True, converged=bool(job.trial_converged), message=message)
+    # Reports are idempotent per (trial, epoch). A client that lost the answer to a report
+    # sends it again. Had that report ended the trial, the answer above repeats how; the
+    # trial is still running, so the first answer was "keep training" and this one is the
+    # same, with nothing recorded twice.
+    recorded = job.trial_epoch
+    if recorded is not None and result.current_epoch <= recorded:
+        if result.current_epoch < recorded:
+            raise ZeusBSOValueError(
+                f"current_epoch {result.current_epoch} is before epoch {recorded}, already "
+                f"reported for trial {result.trial_number}; epochs must not go back.",
+                "current_epoch",
+            )
         return ReportResponse(
-            stop_train=True,
-            converged=bool(job.trial_converged),
-            message=f"Result for this trial({result.trial_number}) is already reported.",
+            stop_train=False,
+            converged=False,
+            message=f"Epoch {recorded} of this trial({result.trial_number}) is already "
+            "reported; keep training",
         )
     cost = zeus_cost(result.energy, result.time, job.eta_knob, job.max_power)
     decision = logic.decide_report(
@@ -457,6 +482,7 @@ async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
             "b_time": result.time,
             "b_energy": result.energy,
             "b_converged": decision.converged,
+            "b_message": decision.message,
         },
     )
     # Only converged trials move the best cost (the reference's bug is fixed here).
