@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional
+from typing import Any, AsyncIterator, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from zeus.optimizer.perseus.common import (
     GET_FREQUENCY_SCHEDULE_URL,
@@ -35,6 +36,40 @@ from zeus.optimizer.perseus.server.job_manager import (
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
+
+
+class ErrorBody(BaseModel):
+    """Every error answer: a message (a refused request) or FastAPI's validation errors (422).
+
+    Attributes:
+        detail: Why, or one entry per invalid field (its `loc` names it).
+
+    """
+
+    detail: Union[str, list[dict[str, Any]]]
+
+
+_ERRORS = {
+    400: "Refused: a body that is not UTF-8 JSON, a rank out of range or not registered, or a "
+    "scheduler that failed on its input",
+    404: "Unknown job",
+    409: "Already done: the rank is registered, or its result for this round is in",
+    422: "Invalid request: a field is missing or malformed (named in detail)",
+    503: "The server is shutting down",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI declaration of the error answers a route may give."""
+    return {code: {"model": ErrorBody, "description": _ERRORS[code]} for code in codes}
+
+
+def _server_generated_job_id(schema: dict[str, Any]) -> dict[str, Any]:
+    """State in the schema that `JobInfo.job_id` must be left empty (the server sets it)."""
+    job_id = schema["components"]["schemas"]["JobInfo"]["properties"]["job_id"]
+    job_id["maxLength"] = 0
+    job_id["description"] = "Left empty: the server generates the job id"
+    return schema
 
 
 def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
@@ -63,28 +98,34 @@ def create_app(settings: Optional[PerseusSettings] = None) -> FastAPI:
     def manager(request: Request) -> JobManager:
         return request.app.state.job_manager
 
-    @app.post(REGISTER_JOB_URL, response_model=str)
+    @app.post(REGISTER_JOB_URL, response_model=str, responses=_errors(400, 422))
     async def register_job(job_info: JobInfo, request: Request) -> str:
         return manager(request).register_job(job_info)
 
-    @app.get(GET_JOB_ID_URL, response_model=str)
+    @app.get(GET_JOB_ID_URL, response_model=str, responses=_errors(404, 422))
     async def get_job_id(job_metadata: str, request: Request) -> str:
         return manager(request).find_job(job_metadata)
 
-    @app.post(REGISTER_RANK_URL)
+    @app.post(REGISTER_RANK_URL, responses=_errors(400, 404, 409, 422))
     async def register_rank(job_id: str, rank_info: RankInfo, request: Request) -> None:
         await manager(request).register_rank(job_id, rank_info)
 
-    @app.get(GET_FREQUENCY_SCHEDULE_URL, response_model=FrequencySchedule)
+    @app.get(
+        GET_FREQUENCY_SCHEDULE_URL,
+        response_model=FrequencySchedule,
+        responses=_errors(400, 404, 422, 503),
+    )
     async def get_frequency_schedule(job_id: str, rank: int, request: Request):
         return await manager(request).get_frequency_schedule(job_id, rank)
 
-    @app.post(REPORT_PROFILING_RESULT_URL)
+    @app.post(REPORT_PROFILING_RESULT_URL, responses=_errors(400, 404, 409, 422))
     async def report_profiling_result(
         job_id: str, profiling_result: ProfilingResult, request: Request
     ) -> None:
         await manager(request).report_profiling_result(job_id, profiling_result)
 
+    openapi = app.openapi
+    app.openapi = lambda: _server_generated_job_id(openapi())  # type: ignore[method-assign]
     return app
 
 
