@@ -55,10 +55,11 @@ impl Arm {
 }
 
 /// 1 / the population variance of `rewards` (numpy's `var`), infinite when they are all equal
-/// (a rounding residue of the variance of equal numbers counts as zero).
+/// (a rounding residue of the variance of equal numbers counts as zero), and 0 (nothing is
+/// known) when there are none.
 pub fn reward_precision(rewards: &[f64]) -> f64 {
     if rewards.is_empty() {
-        return f64::NAN;
+        return 0.0;
     }
     if rewards.iter().all(|&r| r == rewards[0]) {
         return f64::INFINITY;

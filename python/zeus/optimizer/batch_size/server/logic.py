@@ -141,8 +141,6 @@ def fit_arm(
     reward) it is infinite and the posterior collapses onto the rewards' mean. With no rewards
     the arm keeps its prior.
     """
-    if len(rewards) == 0:
-        return ArmState(batch_size, float(prior_mean), float(prior_precision), 0.0, 0)
     values = [float(r) for r in rewards]
     prior = (
         int(batch_size),

@@ -7,6 +7,7 @@ reference's interface and per-arm attributes.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Sequence
 
@@ -139,6 +140,7 @@ class GaussianTS:
                 warnings.warn(
                     f"predict_expectations called when arm '{arm}' is cold.", stacklevel=2
                 )
-            scale = 0.0 if prec == np.inf else float(np.inf if prec == 0 else (1 / prec) ** 0.5)
+            # Infinite precision gives scale 0; a cold arm (precision 0) an infinite one.
+            scale = math.inf if prec == 0 else (1 / prec) ** 0.5
             out[arm] = self.rng.normal(float(self.arm_param_mean[arm]), scale)
         return out
