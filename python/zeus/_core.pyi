@@ -14,6 +14,19 @@ __version__: str
 __all__ = [
     "__version__",
     "GPUs",
+    "CPUs",
+    "SettingsGuard",
+    "journal_dir",
+    "journal_entries",
+    "journal_unreadable",
+    "journal_restore",
+    "restore_all_settings",
+    "sim_cpu_count",
+    "sim_cpu_true_energy",
+    "sim_cpu_published_energy",
+    "sim_cpu_true_power",
+    "sim_rapl_tree",
+    "sim_cpu_model_energy",
     "sim_device_count",
     "sim_presets",
     "sim_known_presets",
@@ -38,16 +51,6 @@ __all__ = [
     "ZeusMonitor",
     "TemperatureMonitor",
     "PowerLimitSelector",
-    "SettingsGuard",
-    "journal_dir",
-    "journal_entries",
-    "journal_unreadable",
-    "journal_restore",
-    "restore_all_settings",
-    "PerseusFrontier",
-    "perseus_pipeline_1f1b",
-    "perseus_makespan",
-    "perseus_compute_frontier",
     "SimTable",
     "NumpyRng",
     "pruning_next_step",
@@ -55,6 +58,10 @@ __all__ = [
     "bandit_fit_arm",
     "thompson_predict",
     "decide_report",
+    "PerseusFrontier",
+    "perseus_pipeline_1f1b",
+    "perseus_makespan",
+    "perseus_compute_frontier",
 ]
 
 # Path arguments are taken as `PathBuf` (anything `os.fspath` turns into a str).
@@ -108,8 +115,28 @@ class GPUs:
     def get_gpu_temperature(self, gpu_index: int) -> int: ...
     def get_power_update_period(self, gpu_index: int) -> float | None: ...
 
+# ---- CPUs through RAPL (src/python/device/cpu.rs) ------------------------------------------
+
+@disjoint_base
+class CPUs:
+    def __new__(cls) -> Self: ...
+    def __len__(self) -> int: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def root(self) -> str: ...
+    def _total_energy_mj(self, index: int) -> tuple[float, float | None]: ...
+    def supports_get_dram_energy_consumption(self, index: int) -> bool: ...
+    def energy_files(self, index: int) -> tuple[str, str | None]: ...
+
 # ---- simulated GPU (src/python/sim.rs) -----------------------------------------------------
 
+def sim_cpu_count() -> int: ...
+def sim_cpu_true_energy(index: int) -> tuple[float, float]: ...
+def sim_cpu_published_energy(index: int) -> tuple[float, float]: ...
+def sim_cpu_true_power(index: int) -> tuple[float, float]: ...
+def sim_rapl_tree() -> tuple[str, int]: ...
+def sim_cpu_model_energy(index: int, unix_time: float) -> tuple[float, float]: ...
 def sim_device_count() -> int: ...
 def sim_presets() -> list[str]: ...
 def sim_known_presets() -> list[str]: ...
@@ -136,7 +163,15 @@ def zeus_cost(energy: float, time: float, eta_knob: float, max_power: float) -> 
 @final
 class Measurement:
     time: float
-    def __new__(cls, time: float, energy: Mapping[int, float]) -> Measurement: ...
+    cpu_energy: dict[int, float] | None
+    dram_energy: dict[int, float] | None
+    def __new__(
+        cls,
+        time: float,
+        energy: Mapping[int, float],
+        cpu_energy: Mapping[int, float] | None = None,
+        dram_energy: Mapping[int, float] | None = None,
+    ) -> Measurement: ...
     @property
     def energy(self) -> dict[int, float]: ...
     @energy.setter
@@ -146,7 +181,12 @@ class Measurement:
     @property
     def total_energy(self) -> float: ...
     def __eq__(self, value: object, /) -> bool: ...
-    def __reduce__(self) -> tuple[type[Measurement], tuple[float, dict[int, float]]]: ...
+    def __reduce__(
+        self,
+    ) -> tuple[
+        type[Measurement],
+        tuple[float, dict[int, float], dict[int, float] | None, dict[int, float] | None],
+    ]: ...
 
 @disjoint_base
 class PowerMonitor:
@@ -235,13 +275,15 @@ class ZeusMonitor:
     def __new__(cls, *_args: Any, **_kwargs: Any) -> Self: ...
     def _init(
         self,
-        gpus: GPUs,
+        gpus: GPUs | None,
         gpu_indices: list[int] | None,
         approx_instant_energy: bool,
         log_file: _StrPath | None,
         resolve_sync: Callable[[], Callable[[int], object] | None] | None,
         check_power: PowerMonitor | None,
         reads: str = "auto",
+        cpus: CPUs | None = None,
+        cpu_indices: list[int] | None = None,
     ) -> PowerMonitor | None: ...
     def begin_window(self, key: str, sync_cuda: bool = True) -> None: ...
     def end_window(
@@ -253,6 +295,8 @@ class ZeusMonitor:
     def _reads_cached(self) -> list[bool]: ...
     @property
     def measurement_states(self) -> dict[str, tuple[float, dict[int, float]]]: ...
+    @property
+    def cpu_indices(self) -> list[int] | None: ...
     @property
     def _has_counter(self) -> list[bool]: ...
     @property

@@ -1,5 +1,7 @@
 //! Cost of one energy-counter read: in-process simulated GPU, and the NVML backend against the
 //! simulated libnvidia-ml (compared with calling the C function directly, which is the floor).
+//! Also a power read on a private simulated GPU and on one shared through `ZEUS_SIM_SHARED`
+//! (the sharing's own cost: the state's version checked in the mapped file).
 //!
 //! Run: `cargo build --release -p zeus-sim-nvml && cargo bench -p zeus-core --bench device_read`
 
@@ -29,10 +31,52 @@ fn bench(c: &mut Criterion) {
         fidelity: zeus_core::device::sim::Fidelity::Ideal,
         load: Load::Busy,
         energy_read_cost_s: None,
+        shared: None,
     });
     let sim: Arc<dyn Gpu> = cluster.devices()[0].clone();
     c.bench_function("energy read: in-process simulated GPU", |b| {
         b.iter(|| black_box(sim.total_energy_consumption().unwrap()))
+    });
+    c.bench_function("power read: in-process simulated GPU, private", |b| {
+        b.iter(|| black_box(sim.average_power_usage().unwrap()))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let shared_cluster = SimCluster::open(SimConfig {
+        presets: vec![preset::find("A40").unwrap()],
+        fidelity: zeus_core::device::sim::Fidelity::Ideal,
+        load: Load::Busy,
+        shared: Some(dir.path().join("gpus")),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let shared: Arc<dyn Gpu> = shared_cluster.devices()[0].clone();
+    c.bench_function("power read: in-process simulated GPU, shared file", |b| {
+        b.iter(|| black_box(shared.average_power_usage().unwrap()))
+    });
+    c.bench_function("energy read: in-process simulated GPU, shared file", |b| {
+        b.iter(|| black_box(shared.total_energy_consumption().unwrap()))
+    });
+    // A read right after another process's write (here: another set on the same file) copies
+    // the record again under the lock: the worst case of a read.
+    let writer = SimCluster::open(SimConfig {
+        presets: vec![preset::find("A40").unwrap()],
+        fidelity: zeus_core::device::sim::Fidelity::Ideal,
+        shared: Some(dir.path().join("gpus")),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let w = writer.devices()[0].clone();
+    c.bench_function(
+        "set load + power read seen from another set, shared file",
+        |b| {
+            b.iter(|| {
+                w.set_load(Load::Busy);
+                black_box(shared.average_power_usage().unwrap())
+            })
+        },
+    );
+    c.bench_function("set load alone, shared file", |b| {
+        b.iter(|| w.set_load(Load::Busy))
     });
 
     let Some(lib) = fake_lib() else {

@@ -25,6 +25,7 @@ fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
         fidelity,
         load: Load::Busy,
         energy_read_cost_s: None,
+        shared: None,
     });
     cluster.gpus()
 }

@@ -94,7 +94,28 @@ class ZeusGPUUnknownError(ZeusBaseGPUError):
     """Any other error."""
 
 
+class ZeusdError(ZeusBaseGPUError):
+    """zeusd, the privileged GPU daemon, could not do what was asked (`zeus.device.zeusd`).
+
+    An HTTP error status of the daemon maps to the GPU exception of the same meaning instead
+    (403 is `ZeusGPUNoPermissionError`, 400 `ZeusGPUInvalidArgError`, ...).
+    """
+
+
+class ZeusdConfigError(ZeusdError):
+    """`ZEUSD_SOCK_PATH` / `ZEUSD_HOST_PORT` are both set, or one is malformed."""
+
+
+class ZeusdConnectionError(ZeusdError):
+    """zeusd does not answer at the configured socket or address."""
+
+
+class ZeusBaseCPUError(ZeusBaseError):
+    """Base class of CPU (RAPL) errors; the classes are in `zeus.device.cpu`."""
+
+
 __all__ = [
+    "ZeusBaseCPUError",
     "ZeusBaseGPUError",
     "ZeusGPUInitError",
     "ZeusGPUInvalidArgError",
@@ -116,4 +137,7 @@ __all__ = [
     "ZeusGPULibRMVersionMismatchError",
     "ZeusGPUMemoryError",
     "ZeusGPUUnknownError",
+    "ZeusdError",
+    "ZeusdConfigError",
+    "ZeusdConnectionError",
 ]

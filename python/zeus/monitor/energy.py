@@ -1,4 +1,4 @@
-"""`ZeusMonitor`: time and GPU energy of named code windows.
+"""`ZeusMonitor`: time and GPU (and optionally CPU and DRAM) energy of named code windows.
 
 Window bookkeeping, energy-counter arithmetic and log writing live in the Rust extension
 (`zeus._core.ZeusMonitor`); this class only resolves the GPUs and the framework's CUDA sync, so
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 from zeus import _core
-from zeus.device import get_gpus
+from zeus.device import GPUs, get_gpus
+from zeus.device.cpu import get_cpus
 from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import cuda_sync, sync_available
 
@@ -59,14 +60,24 @@ class ZeusMonitor(_core.ZeusMonitor):
             GPUs wait (up to a few update periods) for the counter's next update so that the
             window's end is interpolated between counter values rather than extrapolated.
 
+    CPUs (`cpu_indices`): package and DRAM energy come from RAPL (`zeus.device.cpu`). Each
+    window edge reads the packages' `energy_uj` files (microseconds) through totals that the
+    sampler thread keeps unwrapped, reading every zone at least once a second and often enough
+    at the observed power that no counter wrap is missed, so windows of any length are right.
+    Unlike Zeus 0.16, where `cpu_indices=None` means every package when RAPL is available,
+    here `None` means no CPU: measuring CPUs is an explicit choice, so that GPU-only code keeps
+    its `total_energy`, its log columns and never meets a RAPL permission error. Pass
+    `cpu_indices=list(range(len(get_cpus())))` for every package.
+
     `sync_cuda` waits for queued GPU work first (PyTorch, JAX or CuPy, whichever is present
     with CUDA; a no-op without one). Windows shorter than the energy counter's update period
     warn once per name (`UserWarning`); so does a large disagreement between a counter and the
     power timeline of `power_monitor`, when one is given.
 
     Attributes:
-        gpus: The `zeus.device.GPUs` object.
+        gpus: The `zeus.device.GPUs` object (`None` for a CPU-only monitor).
         gpu_indices: Monitored GPUs (framework indices, after `CUDA_VISIBLE_DEVICES`).
+        cpu_indices: Monitored CPU packages, or `None` when no CPU is monitored.
         power_monitor: The `PowerMonitor` of the GPUs without an energy counter, or `None`.
         approx_instant_energy: See the argument.
         reads: See the argument.
@@ -84,6 +95,7 @@ class ZeusMonitor(_core.ZeusMonitor):
         log_file: str | os.PathLike[str] | None = None,
         power_monitor: PowerMonitor | None = None,
         reads: Literal["auto", "cached", "direct"] = "auto",
+        cpu_indices: Sequence[int] | None = None,
     ) -> None:
         """Set up the monitor.
 
@@ -92,25 +104,30 @@ class ZeusMonitor(_core.ZeusMonitor):
             approx_instant_energy: For windows too short for the energy counter to move (energy
                 exactly 0), estimate energy as instantaneous power times elapsed time.
             log_file: CSV file receiving `start_time,window_name,elapsed_time,gpu{i}_energy,...`
-                and one flushed row per closed window. Parent directories are created.
+                (then `cpu{i}_energy,dram{i}_energy` per monitored package when CPUs are
+                monitored, the DRAM column only for packages with DRAM) and one flushed row per
+                closed window. Parent directories are created.
             power_monitor: A running `PowerMonitor` covering some monitored GPUs, to cross-check
                 their energy counters against (a large disagreement warns).
             reads: How energy counters are read: `"auto"`, `"cached"` (the sampler thread) or
                 `"direct"` (a counter read at every window edge); see the class docstring.
+            cpu_indices: CPU packages to monitor (RAPL package and DRAM energy). `None` (the
+                default) monitors no CPU; see the class docstring. With CPUs, `gpu_indices`
+                may be `[]` for a CPU-only monitor (no GPU backend is opened then).
 
         Raises:
-            ValueError: `gpu_indices` is empty, repeats a GPU or names one that is not visible,
+            ValueError: `gpu_indices` is empty without CPUs, repeats a GPU or names one that
+                is not visible; `cpu_indices` is empty, repeats or names a missing package;
                 or `reads` is not one of the three modes.
+            ZeusRAPLNotSupportedError: CPUs were asked for and no RAPL zone exists.
+            ZeusRAPLPermissionError: CPUs were asked for and an `energy_uj` file is not
+                readable (the message names it and says what to do).
 
         """
-        self.gpus = get_gpus()
-        indices: list[int] | None = None
-        if gpu_indices is not None:
-            indices = []
-            for i in gpu_indices:
-                if isinstance(i, bool) or not isinstance(i, int) or i < 0:
-                    raise ValueError(f"gpu_indices must hold GPU indices >= 0, got {i!r}")
-                indices.append(int(i))
+        indices = _check_indices("gpu_indices", gpu_indices)
+        cpus = _check_indices("cpu_indices", cpu_indices)
+        cpu_only = indices == [] and cpus is not None
+        self.gpus: GPUs | None = None if cpu_only else get_gpus()
         path = None
         if log_file is not None:
             path = os.fspath(Path(log_file))
@@ -122,9 +139,26 @@ class ZeusMonitor(_core.ZeusMonitor):
             _resolve_sync,
             power_monitor,
             reads,
+            None if cpus is None else get_cpus(),
+            cpus,
         )
-        self.gpu_indices: list[int] = list(range(len(self.gpus))) if indices is None else indices
+        if indices is None:
+            indices = list(range(len(self.gpus))) if self.gpus is not None else []
+        self.gpu_indices: list[int] = indices
 
     def __repr__(self) -> str:
-        """Show the monitored GPUs."""
-        return f"ZeusMonitor(gpu_indices={self.gpu_indices})"
+        """Show the monitored GPUs and CPUs."""
+        if self.cpu_indices is None:
+            return f"ZeusMonitor(gpu_indices={self.gpu_indices})"
+        return f"ZeusMonitor(gpu_indices={self.gpu_indices}, cpu_indices={self.cpu_indices})"
+
+
+def _check_indices(name: str, values: Sequence[int] | None) -> list[int] | None:
+    if values is None:
+        return None
+    out = []
+    for i in values:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ValueError(f"{name} must hold indices >= 0, got {i!r}")
+        out.append(int(i))
+    return out

@@ -9,6 +9,7 @@
 //! - [`nvml`]: the NVIDIA Management Library, loaded at run time through `nvml-wrapper`.
 //! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
 
+pub mod cpu;
 pub mod error;
 pub mod nvml;
 pub mod settings;

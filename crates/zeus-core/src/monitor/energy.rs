@@ -10,6 +10,11 @@
 //! call times), or directly (one `nvmlDeviceGetTotalEnergyConsumption` per GPU per edge: exact on
 //! an ideal device, but on real drivers a few milliseconds of CPU and up to an update period
 //! stale).
+//!
+//! CPU packages (RAPL, [`crate::device::cpu`]) are optional: each window edge reads the
+//! monitored package and DRAM zones directly (a sysfs file, ~20 µs) through their shared
+//! unwrapped totals, while a sampler lease on the zones keeps those totals right across counter
+//! wraps however long the window.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -21,7 +26,8 @@ use std::sync::Arc;
 use super::counter::{counter_delta_joules, py_float};
 use super::error::{MonitorError, MonitorResult};
 use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
-use super::sampler::{Lease, Sampler};
+use super::sampler::{Lease, Sampler, ZoneLease};
+use crate::device::cpu::{Cpus, RaplZone};
 use crate::device::{Gpu, GpuResult, Gpus};
 
 /// FNV-1a: window names are short strings chosen by the program itself, so a keyed hash
@@ -119,15 +125,73 @@ fn counter_is_continuous(dev: &dyn Gpu) -> GpuResult<bool> {
 pub type OpenWindowState = (String, f64, Vec<(usize, f64)>);
 
 /// Time (s) and energy (J) of one window, energy in the monitor's `gpu_indices` order.
-#[derive(Debug, Clone, PartialEq)]
+/// `cpu_energy` and `dram_energy` (package index, J) are `None` when no CPU is monitored;
+/// `dram_energy` has entries only for packages with a DRAM zone.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Measurement {
     pub time: f64,
     pub energy: Vec<(usize, f64)>,
+    pub cpu_energy: Option<Vec<(usize, f64)>>,
+    pub dram_energy: Option<Vec<(usize, f64)>>,
 }
 
 impl Measurement {
+    /// GPU, CPU package and DRAM energy together, J.
     pub fn total_energy(&self) -> f64 {
-        self.energy.iter().map(|(_, e)| e).sum()
+        let sum = |v: &[(usize, f64)]| v.iter().map(|(_, e)| e).sum::<f64>();
+        sum(&self.energy)
+            + self.cpu_energy.as_deref().map_or(0.0, sum)
+            + self.dram_energy.as_deref().map_or(0.0, sum)
+    }
+}
+
+/// The CPU side of a monitor: the packages, their zones and the sampler's hold on them.
+struct CpuPart {
+    indices: Vec<usize>,
+    /// Every monitored zone, package zone then DRAM zone (where present) per package.
+    zones: Vec<Arc<RaplZone>>,
+    /// Per monitored package: its package zone's and its DRAM zone's position in `zones`.
+    slots: Vec<(usize, Option<usize>)>,
+    _lease: ZoneLease,
+}
+
+impl CpuPart {
+    fn new(cpus: &Cpus, indices: Vec<usize>) -> MonitorResult<CpuPart> {
+        for (k, i) in indices.iter().enumerate() {
+            if indices[..k].contains(i) {
+                return Err(MonitorError::InvalidArg(format!(
+                    "CPU index {i} appears twice in cpu_indices {indices:?}"
+                )));
+            }
+        }
+        cpus.check_indices(&indices)?;
+        let mut zones = Vec::new();
+        let mut slots = Vec::new();
+        for &i in &indices {
+            let p = cpus.package(i)?;
+            let package_pos = zones.len();
+            zones.push(p.package.clone());
+            let dram_pos = p.dram.as_ref().map(|d| {
+                zones.push(d.clone());
+                zones.len() - 1
+            });
+            slots.push((package_pos, dram_pos));
+        }
+        let lease = Sampler::lease_zones(&zones)?;
+        Ok(CpuPart {
+            indices,
+            zones,
+            slots,
+            _lease: lease,
+        })
+    }
+
+    fn read(&self, out: &mut Vec<f64>) -> MonitorResult<()> {
+        out.clear();
+        for z in &self.zones {
+            out.push(z.energy_j()?);
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +219,8 @@ struct OpenWindow {
     /// Per monitored GPU: the sampler's estimate (J) at `start`, NaN where none was used. It is
     /// re-evaluated at the end (the cache knows more by then) and only kept as a fallback.
     cached_j: Vec<f64>,
+    /// Unwrapped energy (J) of each monitored RAPL zone at `start`.
+    zones_j: Vec<f64>,
 }
 
 /// Measurement windows over a fixed set of GPUs.
@@ -179,6 +245,7 @@ pub struct EnergyMonitor {
     check_col: Vec<Option<usize>>,
     warned_short: HashSet<String>,
     log: Option<BufWriter<File>>,
+    cpu: Option<CpuPart>,
     /// Reusable buffers: keys and counter vectors of closed windows, and end readings.
     spare_keys: Vec<String>,
     spare_counters: Vec<Vec<u64>>,
@@ -227,8 +294,31 @@ impl EnergyMonitor {
         check_power: Option<Arc<PowerMonitor>>,
         reads: ReadMode,
     ) -> MonitorResult<EnergyMonitor> {
+        EnergyMonitor::with_cpus(gpus, indices, None, log_file, check_power, reads)
+    }
+
+    /// [`EnergyMonitor::with_reads`] that also measures CPU packages: `cpus` gives the packages
+    /// and the indices to monitor. With CPUs, `indices` may be empty (a CPU-only monitor).
+    pub fn with_cpus(
+        gpus: Gpus,
+        indices: Option<Vec<usize>>,
+        cpus: Option<(&Cpus, Vec<usize>)>,
+        log_file: Option<&Path>,
+        check_power: Option<Arc<PowerMonitor>>,
+        reads: ReadMode,
+    ) -> MonitorResult<EnergyMonitor> {
         let indices = indices.unwrap_or_else(|| (0..gpus.len()).collect());
-        check_indices(&gpus, &indices)?;
+        if let Some((_, cpu_indices)) = &cpus {
+            if cpu_indices.is_empty() {
+                return Err(MonitorError::InvalidArg(
+                    "cpu_indices must not be empty; pass None to monitor no CPU".into(),
+                ));
+            }
+        }
+        if !(indices.is_empty() && cpus.is_some()) {
+            check_indices(&gpus, &indices)?;
+        }
+        let cpu = cpus.map(|(c, i)| CpuPart::new(c, i)).transpose()?;
         let mut has_counter = Vec::with_capacity(indices.len());
         let mut counter_period = Vec::with_capacity(indices.len());
         for &i in &indices {
@@ -281,9 +371,10 @@ impl EnergyMonitor {
         };
         let log = match log_file {
             None => None,
-            Some(p) => Some(open_log(p, &indices)?),
+            Some(p) => Some(open_log(p, &indices, cpu.as_ref())?),
         };
         Ok(EnergyMonitor {
+            cpu,
             lease,
             cached,
             reads,
@@ -312,6 +403,11 @@ impl EnergyMonitor {
 
     pub fn gpu_indices(&self) -> &[usize] {
         &self.indices
+    }
+
+    /// Monitored CPU packages, `None` when no CPU is monitored.
+    pub fn cpu_indices(&self) -> Option<&[usize]> {
+        self.cpu.as_ref().map(|c| c.indices.as_slice())
     }
 
     /// Whether each monitored GPU has an energy counter.
@@ -456,6 +552,10 @@ impl EnergyMonitor {
         // the measurement it returns.
         let mut counters_mj = self.spare_counters.pop().unwrap_or_default();
         let mut cached_j = self.spare_cached.pop().unwrap_or_default();
+        let mut zones_j = Vec::new();
+        if let Some(cpu) = &self.cpu {
+            cpu.read(&mut zones_j)?;
+        }
         self.read_cached(start, &mut cached_j);
         self.read_counters(&cached_j, &mut counters_mj)?;
         self.sample_edges()?;
@@ -468,6 +568,7 @@ impl EnergyMonitor {
                 start,
                 counters_mj,
                 cached_j,
+                zones_j,
             },
         );
         Ok(())
@@ -520,15 +621,43 @@ impl EnergyMonitor {
     ) -> MonitorResult<WindowEnd> {
         let (start, start_mj) = (w.start, &w.counters_mj);
         if cancel {
+            let zeros = |v: &[usize]| v.iter().map(|&i| (i, 0.0)).collect::<Vec<_>>();
+            let cpu = self.cpu.as_ref();
             return Ok(WindowEnd {
                 measurement: Measurement {
                     time: 0.0,
-                    energy: self.indices.iter().map(|&i| (i, 0.0)).collect(),
+                    energy: zeros(&self.indices),
+                    cpu_energy: cpu.map(|c| zeros(&c.indices)),
+                    dram_energy: cpu.map(|c| {
+                        c.indices
+                            .iter()
+                            .zip(&c.slots)
+                            .filter(|(_, s)| s.1.is_some())
+                            .map(|(&i, _)| (i, 0.0))
+                            .collect()
+                    }),
                 },
                 warnings: Vec::new(),
             });
         }
         let end = self.gpus.now();
+        let (cpu_energy, dram_energy) = match &self.cpu {
+            None => (None, None),
+            Some(cpu) => {
+                let mut now_j = Vec::new();
+                cpu.read(&mut now_j)?;
+                let d = |z: usize| (now_j[z] - w.zones_j[z]).max(0.0);
+                let mut c = Vec::with_capacity(cpu.indices.len());
+                let mut m = Vec::new();
+                for (&i, &(p, dram)) in cpu.indices.iter().zip(&cpu.slots) {
+                    c.push((i, d(p)));
+                    if let Some(z) = dram {
+                        m.push((i, d(z)));
+                    }
+                }
+                (Some(c), Some(m))
+            }
+        };
         // Cached GPUs: mark the end edge; then (after waiting, with `exact`) take both edges
         // from the cache, the start again since the cache knows more by now.
         if exact && self.lease.is_some() {
@@ -608,12 +737,29 @@ impl EnergyMonitor {
                 self.line.push(',');
                 self.line.push_str(&py_float(*e));
             }
+            if let (Some(cpu), Some(c), Some(m)) = (&self.cpu, &cpu_energy, &dram_energy) {
+                let mut dram = m.iter();
+                for ((_, e), slot) in c.iter().zip(&cpu.slots) {
+                    self.line.push(',');
+                    self.line.push_str(&py_float(*e));
+                    if slot.1.is_some() {
+                        let (_, e) = dram.next().expect("one DRAM entry per DRAM zone");
+                        self.line.push(',');
+                        self.line.push_str(&py_float(*e));
+                    }
+                }
+            }
             self.line.push('\n');
             log.write_all(self.line.as_bytes())?;
             log.flush()?;
         }
         Ok(WindowEnd {
-            measurement: Measurement { time, energy },
+            measurement: Measurement {
+                time,
+                energy,
+                cpu_energy,
+                dram_energy,
+            },
             warnings,
         })
     }
@@ -660,7 +806,11 @@ impl EnergyMonitor {
     }
 }
 
-fn open_log(path: &Path, indices: &[usize]) -> MonitorResult<BufWriter<File>> {
+fn open_log(
+    path: &Path,
+    indices: &[usize],
+    cpu: Option<&CpuPart>,
+) -> MonitorResult<BufWriter<File>> {
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
             std::fs::create_dir_all(parent)?;
@@ -670,6 +820,15 @@ fn open_log(path: &Path, indices: &[usize]) -> MonitorResult<BufWriter<File>> {
     let mut header = String::from("start_time,window_name,elapsed_time");
     for i in indices {
         header.push_str(&format!(",gpu{i}_energy"));
+    }
+    // CPU columns only when CPUs are monitored; DRAM only for packages that have it.
+    if let Some(cpu) = cpu {
+        for (i, slot) in cpu.indices.iter().zip(&cpu.slots) {
+            header.push_str(&format!(",cpu{i}_energy"));
+            if slot.1.is_some() {
+                header.push_str(&format!(",dram{i}_energy"));
+            }
+        }
     }
     header.push('\n');
     w.write_all(header.as_bytes())?;
@@ -799,7 +958,8 @@ mod tests {
             r.measurement,
             Measurement {
                 time: 0.0,
-                energy: vec![(0, 0.0)]
+                energy: vec![(0, 0.0)],
+                ..Default::default()
             }
         );
         assert!(r.warnings.is_empty());

@@ -1,5 +1,6 @@
 //! Errors of the measurement layer.
 
+use crate::device::cpu::CpuError;
 use crate::device::GpuError;
 
 /// What can go wrong while measuring.
@@ -12,6 +13,9 @@ pub enum MonitorError {
     /// The device failed; Python sees the `zeus.device.exception` class of the same name.
     #[error(transparent)]
     Gpu(#[from] GpuError),
+    /// A RAPL zone failed; Python sees the `zeus.device.cpu` class of the same name.
+    #[error(transparent)]
+    Cpu(#[from] CpuError),
     /// Writing the log file failed; Python sees `OSError`.
     #[error("{0}")]
     Io(#[from] std::io::Error),

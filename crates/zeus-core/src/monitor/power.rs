@@ -520,6 +520,7 @@ pub(crate) mod tests {
             fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
             energy_read_cost_s: None,
+            shared: None,
         }));
         let gpus = c.gpus();
         (c, gpus)

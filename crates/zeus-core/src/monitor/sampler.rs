@@ -12,7 +12,8 @@
 //! 2. reads the energy counter [`ANCHOR_DELAY`] after a tick (the counter shows an update 10-25 ms
 //!    after the power readings do), so that the value is known to be the energy *at that tick*:
 //!    an anchor. Anchors are taken every tick, or every few ticks when that would cost more than
-//!    [`ANCHOR_CPU_SHARE`] of a core (many GPUs, slow reads);
+//!    [`ANCHOR_CPU_SHARE`] of a core (many GPUs, slow reads; a process whose users need less,
+//!    such as the Prometheus exporter, lowers it with [`set_anchor_cpu_share`]);
 //! 3. answers "energy at time t" from the cache ([`Track::energy_at`]): between two anchors, the
 //!    counter difference spread over the interval in proportion to the power model; after the last
 //!    anchor, the anchor plus the power model's integral up to `t`.
@@ -33,6 +34,11 @@
 //! ([`Sampler::lease`]) and stops when the last lease is dropped; after `fork` a child's leases
 //! report themselves stale ([`Lease::is_current`]) and a new lease in the child starts a new
 //! thread there.
+//!
+//! RAPL zones (CPU package and DRAM energy) ride on the same thread ([`Sampler::lease_zones`]):
+//! each leased zone is read at its [`RaplZone::poll_interval`] (at most every second, and
+//! often enough at the observed power that its counter cannot wrap twice between reads), which
+//! keeps the zone's shared unwrapped total right for windows of any length.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -42,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use super::stop::StopSignal;
 
+use crate::device::cpu::RaplZone;
 use crate::device::{Clock, Gpu, GpuError, GpuResult, SystemClock};
 
 /// How long after a tick the counter is read, seconds.
@@ -58,8 +65,32 @@ const LOOK_LATE: f64 = 0.010;
 /// How far before a tick a window edge may lie and still count for the interval after it:
 /// twice the poll step, the uncertainty of a tick's time.
 const HINT_TOLERANCE: f64 = 2.0 * POLL_STEP;
-/// Share of one core that counter reads may take, all GPUs together.
+/// Share of one core that counter reads may take, all GPUs together (the default).
 pub const ANCHOR_CPU_SHARE: f64 = 0.04;
+/// Bits of the process's share ([`set_anchor_cpu_share`]); 0 means the default.
+static ANCHOR_CPU_SHARE_BITS: AtomicU64 = AtomicU64::new(0);
+
+/// Let counter reads take at most `share` of one core in this process (from the next read on).
+/// Fewer anchors cost nothing in accuracy at a tick (the power readings carry the energy between
+/// anchors) but let extrapolation drift a little longer before the next anchor corrects it: fine
+/// for a process scraped every few seconds, not for one timing short windows. Values outside
+/// `(0, 1]` restore the default. Anchors stay at least one per 50 ticks whatever the share.
+pub fn set_anchor_cpu_share(share: f64) {
+    let bits = if share > 0.0 && share <= 1.0 {
+        share.to_bits()
+    } else {
+        0
+    };
+    ANCHOR_CPU_SHARE_BITS.store(bits, Ordering::Relaxed);
+}
+
+/// The share counter reads may take in this process.
+pub fn anchor_cpu_share() -> f64 {
+    match ANCHOR_CPU_SHARE_BITS.load(Ordering::Relaxed) {
+        0 => ANCHOR_CPU_SHARE,
+        bits => f64::from_bits(bits),
+    }
+}
 /// Ticks and anchors older than this are dropped, seconds.
 const HISTORY_S: f64 = 600.0;
 /// Tick intervals kept for the period estimate.
@@ -215,7 +246,8 @@ impl Track {
 
     /// How many GPUs share the sampler, to spread counter reads over the CPU budget.
     pub fn set_load(&mut self, n_devices: usize) {
-        let per_tick = n_devices.max(1) as f64 * self.read_cost / (ANCHOR_CPU_SHARE * self.period);
+        let per_tick =
+            n_devices.max(1) as f64 * self.read_cost / (anchor_cpu_share() * self.period);
         self.anchor_every = per_tick.ceil().clamp(1.0, 50.0) as u32;
     }
 
@@ -687,8 +719,39 @@ extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
+/// One RAPL zone kept unwrapped by the sampler.
+pub struct WatchedZone {
+    zone: Arc<RaplZone>,
+    users: AtomicUsize,
+    next: Mutex<Instant>,
+    error: Mutex<Option<String>>,
+}
+
+impl WatchedZone {
+    pub fn zone(&self) -> &Arc<RaplZone> {
+        &self.zone
+    }
+
+    /// The error of the sampler's last read of this zone, if it failed.
+    pub fn error(&self) -> Option<String> {
+        lock(&self.error).clone()
+    }
+
+    /// Read the zone if due; returns when it is next due. A failed read is recorded and
+    /// retried at the next interval (cleared once a read succeeds).
+    fn run_due(&self, now: Instant) -> Instant {
+        let mut next = lock(&self.next);
+        if *next <= now {
+            *lock(&self.error) = self.zone.energy_j().err().map(|e| e.to_string());
+            *next = Instant::now() + self.zone.poll_interval();
+        }
+        *next
+    }
+}
+
 struct Shared {
     devices: Mutex<Vec<Arc<Watched>>>,
+    zones: Mutex<Vec<Arc<WatchedZone>>>,
     stop: StopSignal,
 }
 
@@ -707,11 +770,17 @@ impl Shared {
             }
             // Clock seconds to the next due time, slept on the monotonic clock; at most a
             // second, and a lease nudges the thread when it adds devices.
-            let wait = if next.is_finite() {
+            let mut wait = if next.is_finite() {
                 (next - clock.now()).clamp(0.0, 1.0)
             } else {
                 1.0
             };
+            let zones = lock(&self.zones).clone();
+            let now = Instant::now();
+            for z in &zones {
+                let due = z.run_due(now);
+                wait = wait.min(due.saturating_duration_since(Instant::now()).as_secs_f64());
+            }
             if self
                 .stop
                 .sleep_until(Instant::now() + Duration::from_secs_f64(wait))
@@ -739,6 +808,7 @@ impl Sampler {
         });
         let shared = Arc::new(Shared {
             devices: Mutex::new(Vec::new()),
+            zones: Mutex::new(Vec::new()),
             stop: StopSignal::new(),
         });
         let s = shared.clone();
@@ -760,17 +830,7 @@ impl Sampler {
 
     /// Watch `gpus` for `interest` for as long as the returned lease lives.
     pub fn lease_for(gpus: &[Arc<dyn Gpu>], interest: Interest) -> std::io::Result<Lease> {
-        let sampler = {
-            let mut current = lock(&CURRENT);
-            match current.upgrade() {
-                Some(s) if s.generation == FORK_GENERATION.load(Ordering::SeqCst) => s,
-                _ => {
-                    let s = Sampler::start()?;
-                    *current = Arc::downgrade(&s);
-                    s
-                }
-            }
-        };
+        let sampler = Sampler::current()?;
         let now = SystemClock.now();
         let mut watched = Vec::with_capacity(gpus.len());
         {
@@ -792,6 +852,48 @@ impl Sampler {
             watched,
             interest,
         })
+    }
+
+    /// Keep `zones` unwrapped for as long as the returned lease lives: the sampler reads each
+    /// at its poll interval. Starts the thread if none runs in this process.
+    pub fn lease_zones(zones: &[Arc<RaplZone>]) -> std::io::Result<ZoneLease> {
+        let sampler = Sampler::current()?;
+        let mut watched = Vec::with_capacity(zones.len());
+        {
+            let mut all = lock(&sampler.shared.zones);
+            for z in zones {
+                let existing = all.iter().find(|w| Arc::ptr_eq(&w.zone, z)).cloned();
+                let w = existing.unwrap_or_else(|| {
+                    let w = Arc::new(WatchedZone {
+                        zone: z.clone(),
+                        users: AtomicUsize::new(0),
+                        next: Mutex::new(Instant::now()),
+                        error: Mutex::new(None),
+                    });
+                    all.push(w.clone());
+                    w
+                });
+                w.users.fetch_add(1, Ordering::SeqCst);
+                watched.push(w);
+            }
+        }
+        sampler.shared.stop.nudge();
+        Ok(ZoneLease {
+            sampler,
+            zones: watched,
+        })
+    }
+
+    fn current() -> std::io::Result<Arc<Sampler>> {
+        let mut current = lock(&CURRENT);
+        match current.upgrade() {
+            Some(s) if s.generation == FORK_GENERATION.load(Ordering::SeqCst) => Ok(s),
+            _ => {
+                let s = Sampler::start()?;
+                *current = Arc::downgrade(&s);
+                Ok(s)
+            }
+        }
     }
 
     /// Stop the process's sampler thread now (at interpreter exit). Leases keep answering from
@@ -864,6 +966,38 @@ impl Drop for Lease {
         for w in &self.watched {
             if w.release(self.interest) {
                 devices.retain(|d| !Arc::ptr_eq(d, w));
+            }
+        }
+    }
+}
+
+/// A user's hold on some RAPL zones, in the order given to [`Sampler::lease_zones`].
+pub struct ZoneLease {
+    sampler: Arc<Sampler>,
+    zones: Vec<Arc<WatchedZone>>,
+}
+
+impl ZoneLease {
+    /// False in a child process forked after the lease was taken: its sampler thread is gone.
+    pub fn is_current(&self) -> bool {
+        self.sampler.generation == FORK_GENERATION.load(Ordering::SeqCst)
+    }
+
+    pub fn zones(&self) -> &[Arc<WatchedZone>] {
+        &self.zones
+    }
+
+    pub fn sampler_running(&self) -> bool {
+        self.sampler.is_running()
+    }
+}
+
+impl Drop for ZoneLease {
+    fn drop(&mut self) {
+        let mut all = lock(&self.sampler.shared.zones);
+        for w in &self.zones {
+            if w.users.fetch_sub(1, Ordering::SeqCst) == 1 {
+                all.retain(|z| !Arc::ptr_eq(z, w));
             }
         }
     }

@@ -13,8 +13,9 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyDict, PyTuple};
 
+use super::device::cpu::PyCpus;
 use super::device::PyGpus;
-use super::errors::gpu_error;
+use super::errors::{cpu_error, gpu_error};
 use crate::device::Gpus;
 use crate::monitor::{
     EnergyMonitor, InstantPower, MonitorError, PowerDomain, PowerMonitor, PowerMonitorOptions,
@@ -25,6 +26,7 @@ fn monitor_error(py: Python<'_>, e: MonitorError) -> PyErr {
     match e {
         MonitorError::InvalidArg(m) => PyValueError::new_err(m),
         MonitorError::Gpu(g) => gpu_error(py, g),
+        MonitorError::Cpu(c) => cpu_error(py, c),
         MonitorError::Io(io) => PyOSError::new_err(io.to_string()),
     }
 }
@@ -70,7 +72,11 @@ fn default_gpus(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 /// Attributes:
 ///     time: Elapsed time in seconds.
 ///     energy: GPU index (framework index, after `CUDA_VISIBLE_DEVICES`) to joules.
-///     total_energy: Sum of `energy` over GPUs, joules.
+///     gpu_energy: The same dict as `energy` (Zeus 0.16's name).
+///     cpu_energy: CPU package index to joules, or `None` when no CPU was monitored.
+///     dram_energy: CPU package index to the joules of its DRAM (packages with a DRAM zone
+///         only), or `None` when no CPU was monitored.
+///     total_energy: GPU, CPU package and DRAM energy together, joules.
 #[pyclass(name = "Measurement", module = "zeus.monitor")]
 pub(crate) struct PyMeasurement {
     #[pyo3(get, set)]
@@ -78,6 +84,44 @@ pub(crate) struct PyMeasurement {
     /// Values as measured; the dict is built from them on first access.
     values: Vec<(usize, f64)>,
     dict: Option<Py<PyDict>>,
+    #[pyo3(get, set)]
+    cpu_energy: Option<Py<PyDict>>,
+    #[pyo3(get, set)]
+    dram_energy: Option<Py<PyDict>>,
+}
+
+fn dict_sum(py: Python<'_>, d: &Option<Py<PyDict>>) -> PyResult<f64> {
+    let mut total = 0.0;
+    if let Some(d) = d {
+        for v in d.bind(py).values() {
+            total += v.extract::<f64>()?;
+        }
+    }
+    Ok(total)
+}
+
+fn to_dict(py: Python<'_>, v: Option<Vec<(usize, f64)>>) -> PyResult<Option<Py<PyDict>>> {
+    v.map(|v| {
+        let d = PyDict::new(py);
+        for (i, e) in v {
+            d.set_item(i, e)?;
+        }
+        Ok(d.unbind())
+    })
+    .transpose()
+}
+
+fn as_dict(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyDict>>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => match o.cast::<PyDict>() {
+            Ok(d) => Ok(Some(d.clone().unbind())),
+            Err(_) => Ok(Some(
+                PyDict::from_sequence(&o.call_method0("items")?)?.unbind(),
+            )),
+        },
+    }
 }
 
 impl PyMeasurement {
@@ -97,16 +141,19 @@ impl PyMeasurement {
 #[pymethods]
 impl PyMeasurement {
     #[new]
-    #[pyo3(signature = (time, energy))]
-    fn new(time: f64, energy: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let dict = match energy.cast::<PyDict>() {
-            Ok(d) => d.clone(),
-            Err(_) => PyDict::from_sequence(&energy.call_method0("items")?)?,
-        };
+    #[pyo3(signature = (time, energy, cpu_energy = None, dram_energy = None))]
+    fn new(
+        time: f64,
+        energy: &Bound<'_, PyAny>,
+        cpu_energy: Option<&Bound<'_, PyAny>>,
+        dram_energy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         Ok(PyMeasurement {
             time,
             values: Vec::new(),
-            dict: Some(dict.unbind()),
+            dict: as_dict(Some(energy))?,
+            cpu_energy: as_dict(cpu_energy)?,
+            dram_energy: as_dict(dram_energy)?,
         })
     }
 
@@ -128,25 +175,28 @@ impl PyMeasurement {
 
     #[getter]
     fn total_energy(&self, py: Python<'_>) -> PyResult<f64> {
-        match &self.dict {
-            None => Ok(self.values.iter().map(|(_, e)| e).sum()),
-            Some(d) => {
-                let mut total = 0.0;
-                for v in d.bind(py).values() {
-                    total += v.extract::<f64>()?;
-                }
-                Ok(total)
-            }
-        }
+        let gpu = match &self.dict {
+            None => self.values.iter().map(|(_, e)| e).sum(),
+            Some(_) => dict_sum(py, &self.dict)?,
+        };
+        Ok(gpu + dict_sum(py, &self.cpu_energy)? + dict_sum(py, &self.dram_energy)?)
     }
 
     fn __repr__(&mut self, py: Python<'_>) -> PyResult<String> {
         let d = self.energy_dict(py)?;
-        Ok(format!(
-            "Measurement(time={}, energy={})",
+        let mut s = format!(
+            "Measurement(time={}, energy={}",
             crate::monitor::counter::py_float(self.time),
             d.repr()?
-        ))
+        );
+        if let Some(c) = &self.cpu_energy {
+            s.push_str(&format!(", cpu_energy={}", c.bind(py).repr()?));
+        }
+        if let Some(m) = &self.dram_energy {
+            s.push_str(&format!(", dram_energy={}", m.bind(py).repr()?));
+        }
+        s.push(')');
+        Ok(s)
     }
 
     fn __eq__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -158,15 +208,19 @@ impl PyMeasurement {
         }
         let py = slf.py();
         // Borrow one side at a time: both may be the same object behind different references.
-        let (t1, d1) = {
-            let mut m = slf.try_borrow_mut()?;
-            (m.time, m.energy_dict(py)?)
+        let side = |m: &Bound<'_, PyMeasurement>| -> PyResult<_> {
+            let mut m = m.try_borrow_mut()?;
+            let opt = |d: &Option<Py<PyDict>>| d.as_ref().map(|d| d.clone_ref(py).into_any());
+            Ok((
+                m.time,
+                m.energy_dict(py)?,
+                opt(&m.cpu_energy).into_pyobject(py)?.unbind(),
+                opt(&m.dram_energy).into_pyobject(py)?.unbind(),
+            ))
         };
-        let (t2, d2) = {
-            let mut m = other.try_borrow_mut()?;
-            (m.time, m.energy_dict(py)?)
-        };
-        Ok(t1 == t2 && d1.eq(d2)?)
+        let (t1, d1, c1, m1) = side(slf)?;
+        let (t2, d2, c2, m2) = side(other)?;
+        Ok(t1 == t2 && d1.eq(d2)? && c1.bind(py).eq(c2)? && m1.bind(py).eq(m2)?)
     }
 
     fn __reduce__<'py>(
@@ -175,22 +229,34 @@ impl PyMeasurement {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let mut m = slf.try_borrow_mut()?;
         let d = m.energy_dict(py)?;
-        let args = PyTuple::new(py, [m.time.into_pyobject(py)?.into_any(), d.into_any()])?;
+        let opt = |d: &Option<Py<PyDict>>| -> PyResult<Bound<'py, PyAny>> {
+            Ok(d.as_ref()
+                .map(|d| d.clone_ref(py).into_bound(py).into_any())
+                .into_pyobject(py)?
+                .into_any())
+        };
+        let args = PyTuple::new(
+            py,
+            [
+                m.time.into_pyobject(py)?.into_any(),
+                d.into_any(),
+                opt(&m.cpu_energy)?,
+                opt(&m.dram_energy)?,
+            ],
+        )?;
         Ok((slf.get_type().into_any(), args))
     }
 }
 
-fn make_measurement(
-    py: Python<'_>,
-    time: f64,
-    values: Vec<(usize, f64)>,
-) -> PyResult<Py<PyMeasurement>> {
+fn make_measurement(py: Python<'_>, m: crate::monitor::Measurement) -> PyResult<Py<PyMeasurement>> {
     Py::new(
         py,
         PyMeasurement {
-            time,
-            values,
+            time: m.time,
+            values: m.energy,
             dict: None,
+            cpu_energy: to_dict(py, m.cpu_energy)?,
+            dram_energy: to_dict(py, m.dram_energy)?,
         },
     )
 }
@@ -769,27 +835,55 @@ impl PyZeusMonitor {
     /// Set up: `gpus` is a `zeus.device.GPUs`, `resolve_sync` a callable returning the
     /// framework's `sync(gpu_index)` or `None` (called once, on first use),
     /// `check_power` a `PowerMonitor` to cross-check counter energies against. Returns the
-    /// `PowerMonitor` made for GPUs without an energy counter, or `None`.
-    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, resolve_sync, check_power, reads = "auto"))]
+    /// `PowerMonitor` made for GPUs without an energy counter, or `None`. `gpus=None` (with
+    /// `gpu_indices=[]` and CPUs) makes a CPU-only monitor on the system clock; `cpus` is a
+    /// `zeus.device.cpu.CPUs` and `cpu_indices` the packages to measure.
+    #[pyo3(signature = (gpus, gpu_indices, approx_instant_energy, log_file, resolve_sync, check_power, reads = "auto", cpus = None, cpu_indices = None))]
     #[allow(clippy::too_many_arguments)]
     fn _init(
         &self,
         py: Python<'_>,
-        gpus: &Bound<'_, PyAny>,
+        gpus: Option<&Bound<'_, PyAny>>,
         gpu_indices: Option<Vec<usize>>,
         approx_instant_energy: bool,
         log_file: Option<PathBuf>,
         resolve_sync: Option<Py<PyAny>>,
         check_power: Option<&Bound<'_, PyPowerMonitor>>,
         reads: &str,
+        cpus: Option<&Bound<'_, PyCpus>>,
+        cpu_indices: Option<Vec<usize>>,
     ) -> PyResult<Option<Py<PyPowerMonitor>>> {
-        let g = core_gpus(gpus)?;
+        let g = match gpus {
+            Some(obj) => core_gpus(obj)?,
+            None => Gpus::with_indices(
+                crate::device::BackendKind::Nvml,
+                Vec::new(),
+                Vec::new(),
+                Arc::new(crate::device::SystemClock),
+            ),
+        };
+        let cpu = match (cpus, cpu_indices) {
+            (Some(c), Some(i)) => Some((c.get().inner.clone(), i)),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "cpus and cpu_indices go together: give both or neither",
+                ))
+            }
+        };
         let check = check_power.map(|p| p.get().inner.clone());
         let reads = ReadMode::parse(reads).py_err(py)?;
         let g2 = g.clone();
         let core = py
             .detach(move || {
-                EnergyMonitor::with_reads(g2, gpu_indices, log_file.as_deref(), check, reads)
+                EnergyMonitor::with_cpus(
+                    g2,
+                    gpu_indices,
+                    cpu.as_ref().map(|(c, i)| (c, i.clone())),
+                    log_file.as_deref(),
+                    check,
+                    reads,
+                )
             })
             .py_err(py)?;
         let own = core
@@ -867,7 +961,7 @@ impl PyZeusMonitor {
         if !out.warnings.is_empty() {
             warn(py, &out.warnings)?;
         }
-        make_measurement(py, out.measurement.time, out.measurement.energy)
+        make_measurement(py, out.measurement)
     }
 
     /// Open windows: `{key: (start_time, {gpu_index: start_energy_J})}` for GPUs with an
@@ -885,6 +979,12 @@ impl PyZeusMonitor {
             d.set_item(k, (t, ed))?;
         }
         Ok(d)
+    }
+
+    /// Monitored CPU packages, or `None` when no CPU is monitored.
+    #[getter]
+    fn cpu_indices(&self) -> PyResult<Option<Vec<usize>>> {
+        Ok(lock(&self.state()?.core).cpu_indices().map(|i| i.to_vec()))
     }
 
     /// Whether each monitored GPU has a total-energy counter (Volta and newer).

@@ -107,7 +107,11 @@ fn sim_set_workload_points(
             .collect(),
     )
     .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    cluster(py)?.device(index).py_err(py)?.set_curve(curve);
+    cluster(py)?
+        .device(index)
+        .py_err(py)?
+        .set_curve(curve)
+        .py_err(py)?;
     Ok(())
 }
 
@@ -115,7 +119,11 @@ fn sim_set_workload_points(
 #[pyfunction]
 fn sim_set_workload_csv(py: Python<'_>, index: usize, path: std::path::PathBuf) -> PyResult<()> {
     let curve = WorkloadCurve::from_csv(&path).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    cluster(py)?.device(index).py_err(py)?.set_curve(curve);
+    cluster(py)?
+        .device(index)
+        .py_err(py)?
+        .set_curve(curve)
+        .py_err(py)?;
     Ok(())
 }
 
@@ -155,7 +163,68 @@ fn sim_reset() {
     sim::reset_global_cluster();
 }
 
+fn sim_cpus(py: Python<'_>) -> PyResult<std::sync::Arc<crate::device::cpu::sim::SimRapl>> {
+    use super::device::cpu::IntoCpuResult;
+    crate::device::cpu::sim::global()
+        .cpu_err(py)?
+        .ok_or_else(|| PyRuntimeError::new_err("no simulated CPUs: set ZEUS_SIM_CPUS=N to opt in"))
+}
+
+/// Number of simulated CPU packages (from `ZEUS_SIM_CPUS`).
+#[pyfunction]
+fn sim_cpu_count(py: Python<'_>) -> PyResult<usize> {
+    Ok(sim_cpus(py)?.packages())
+}
+
+/// Exact cumulative energy (J) of simulated package `index` and of its DRAM, now.
+#[pyfunction]
+fn sim_cpu_true_energy(py: Python<'_>, index: usize) -> PyResult<(f64, f64)> {
+    use super::device::cpu::IntoCpuResult;
+    sim_cpus(py)?.true_energy_j(index).cpu_err(py)
+}
+
+/// Cumulative energy (J) of simulated package `index` and of its DRAM as of the writer's newest
+/// complete write: the least a counter read made after this call can show.
+#[pyfunction]
+fn sim_cpu_published_energy(py: Python<'_>, index: usize) -> PyResult<(f64, f64)> {
+    use super::device::cpu::IntoCpuResult;
+    sim_cpus(py)?.published_energy_j(index).cpu_err(py)
+}
+
+/// Model power (W) of simulated package `index` and of its DRAM, now.
+#[pyfunction]
+fn sim_cpu_true_power(py: Python<'_>, index: usize) -> PyResult<(f64, f64)> {
+    use super::device::cpu::IntoCpuResult;
+    sim_cpus(py)?.true_power_w(index).cpu_err(py)
+}
+
+/// The simulated CPU model's energy of package `index` and its DRAM from the model's origin up
+/// to UNIX time `unix_time`, J. Needs no simulator in this process: the model runs on wall-clock
+/// time, so differences give the truth for a stretch another process simulated.
+#[pyfunction]
+fn sim_cpu_model_energy(index: usize, unix_time: f64) -> PyResult<(f64, f64)> {
+    if !unix_time.is_finite() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "unix_time must be a finite number of seconds, got {unix_time}"
+        )));
+    }
+    Ok(crate::device::cpu::sim::model_energy_j(index, unix_time))
+}
+
+/// The simulated powercap tree's root and its wrap range (µJ).
+#[pyfunction]
+fn sim_rapl_tree(py: Python<'_>) -> PyResult<(String, u64)> {
+    let s = sim_cpus(py)?;
+    Ok((s.dir().display().to_string(), s.max_energy_range_uj()))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sim_cpu_count, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_cpu_true_energy, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_cpu_published_energy, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_cpu_true_power, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_rapl_tree, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_cpu_model_energy, m)?)?;
     m.add_function(wrap_pyfunction!(sim_device_count, m)?)?;
     m.add_function(wrap_pyfunction!(sim_presets, m)?)?;
     m.add_function(wrap_pyfunction!(sim_known_presets, m)?)?;

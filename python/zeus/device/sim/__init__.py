@@ -5,6 +5,9 @@ The simulated GPUs come from `ZEUS_SIM_GPUS` (comma-separated models, default `A
 moves only through `advance()` and `run()`. Device indices here are the simulator's own (before
 `CUDA_VISIBLE_DEVICES`).
 
+Simulated CPUs (`ZEUS_SIM_CPUS=N`, read once per process) are a powercap tree on disk that a
+writer thread advances every millisecond; `cpu_true_energy()` gives their exact energy.
+
 Example:
     >>> import zeus.device.sim
     >>> zeus.device.sim.set_busy(0)           # draw busy power from now on
@@ -23,6 +26,11 @@ from zeus import _core
 
 __all__ = [
     "advance",
+    "cpu_count",
+    "cpu_true_energy",
+    "cpu_published_energy",
+    "cpu_true_power",
+    "cpu_model_energy",
     "device_count",
     "is_busy",
     "is_virtual_clock",
@@ -30,6 +38,7 @@ __all__ = [
     "now",
     "nvml_library_path",
     "presets",
+    "rapl_tree",
     "reset",
     "run",
     "set_busy",
@@ -136,6 +145,55 @@ def true_energy(index: int = 0) -> float:
 def true_power(index: int = 0) -> float:
     """The model's power now in watts, without reading noise."""
     return _core.sim_true_power(index)
+
+
+def cpu_count() -> int:
+    """Number of simulated CPU packages (`ZEUS_SIM_CPUS=N`; `RuntimeError` without it)."""
+    return _core.sim_cpu_count()
+
+
+def cpu_true_energy(index: int = 0) -> tuple[float, float]:
+    """Exact cumulative energy (J) of simulated package `index` and of its DRAM, now.
+
+    This is the model's integral, unwrapped and on the counters' scale (each `energy_uj` file
+    holds it in µJ modulo the wrap range), so window energies compare against its differences.
+    """
+    return _core.sim_cpu_true_energy(index)
+
+
+def cpu_published_energy(index: int = 0) -> tuple[float, float]:
+    """Energy (J) of simulated package `index` and of its DRAM as of the newest counter write.
+
+    The counters are files a writer thread rewrites about every millisecond, and a loaded
+    machine can hold that thread up for tens of milliseconds (real RAPL hardware does not lag
+    so). A counter read made after this call shows at least this energy and at most what
+    `cpu_true_energy()` gives after the read, so the two bracket what the read saw.
+    """
+    return _core.sim_cpu_published_energy(index)
+
+
+def cpu_true_power(index: int = 0) -> tuple[float, float]:
+    """Model power (W) of simulated package `index` and of its DRAM, now."""
+    return _core.sim_cpu_true_power(index)
+
+
+def cpu_model_energy(index: int, unix_time: float) -> tuple[float, float]:
+    """The simulated CPU model's energy (J) of package `index` and its DRAM up to `unix_time`.
+
+    The model runs on wall-clock time, so the difference between two UNIX timestamps is the
+    true energy of that stretch in any process simulating CPUs (an exporter, say), and this
+    needs no simulator here: compare it with rates that Prometheus computed from the exporter.
+    """
+    return _core.sim_cpu_model_energy(index, unix_time)
+
+
+def rapl_tree() -> tuple[Path, int]:
+    """The simulated powercap tree's root and its packages' wrap range in µJ.
+
+    The range is `ZEUS_SIM_RAPL_MAX_UJ`; DRAM zones wrap at an eighth of it.
+    """
+    root, range_uj = _core.sim_rapl_tree()
+    return Path(root), range_uj
 
 
 def reset() -> None:

@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+pub(crate) mod cpu;
 pub(crate) mod settings;
 
 use super::errors::{gpu_error, IntoPyResult};
@@ -292,5 +293,6 @@ impl PyGpus {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGpus>()?;
+    cpu::register(m)?;
     settings::register(m)
 }
