@@ -112,9 +112,9 @@ unsafe fn write_list(count: *mut c_uint, out: *mut c_uint, values: &[u32]) -> Re
 fn init() -> Ret {
     let _guard = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     if CLUSTER.get().is_none() {
-        match SimConfig::from_env() {
-            Ok(cfg) => {
-                let _ = CLUSTER.set(SimCluster::new(cfg));
+        match SimConfig::from_env().and_then(SimCluster::open) {
+            Ok(c) => {
+                let _ = CLUSTER.set(c);
             }
             Err(e) => {
                 eprintln!("simulated libnvidia-ml: {e}");
@@ -765,6 +765,18 @@ process_lists!(
     nvmlDeviceGetMPSComputeRunningProcesses_v2,
     nvmlDeviceGetMPSComputeRunningProcesses_v3
 );
+
+/// No simulated board is a Grace Hopper superchip: no C2C link (Zeus 0.16 asks every GPU).
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetC2cModeInfoV(
+    device: Handle,
+    _info: *mut std::ffi::c_void,
+) -> Ret {
+    guard(|| {
+        self::device(device)?;
+        Err(NOT_SUPPORTED)
+    })
+}
 
 /// Data-centre boards are passively cooled: no fan.
 #[no_mangle]

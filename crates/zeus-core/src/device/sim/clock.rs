@@ -1,5 +1,7 @@
 //! The simulator's clock: the system clock, or a virtual one that moves only when advanced, so
-//! that a long workload runs in milliseconds and the same way every time.
+//! that a long workload runs in milliseconds and the same way every time. Devices shared between
+//! processes (`ZEUS_SIM_SHARED`) run on a third kind: `CLOCK_MONOTONIC` plus an offset stored in
+//! the shared file, the same in every process and immune to the wall clock being stepped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,6 +14,21 @@ pub struct SimClock {
     origin: f64,
     /// Virtual nanoseconds since `origin`.
     elapsed_ns: AtomicU64,
+    /// Shared clock: `now()` is `CLOCK_MONOTONIC` plus this (wall time minus monotonic time when
+    /// the shared file was made, so timestamps still look like `time.time()`).
+    monotonic_offset: Option<f64>,
+}
+
+/// `CLOCK_MONOTONIC`, seconds: one origin for every process on the machine (unlike `Instant`,
+/// whose origin is private to the process).
+pub fn monotonic_now() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 impl SimClock {
@@ -20,6 +37,17 @@ impl SimClock {
             is_virtual: false,
             origin: 0.0,
             elapsed_ns: AtomicU64::new(0),
+            monotonic_offset: None,
+        }
+    }
+
+    /// The clock of devices shared between processes: `CLOCK_MONOTONIC + offset`.
+    pub fn shared(monotonic_offset: f64) -> SimClock {
+        SimClock {
+            is_virtual: false,
+            origin: 0.0,
+            elapsed_ns: AtomicU64::new(0),
+            monotonic_offset: Some(monotonic_offset),
         }
     }
 
@@ -28,6 +56,7 @@ impl SimClock {
             is_virtual: true,
             origin: SystemClock.now().floor(),
             elapsed_ns: AtomicU64::new(0),
+            monotonic_offset: None,
         }
     }
 
@@ -48,6 +77,8 @@ impl Clock for SimClock {
     fn now(&self) -> f64 {
         if self.is_virtual {
             self.origin + self.elapsed_ns.load(Ordering::SeqCst) as f64 * 1e-9
+        } else if let Some(offset) = self.monotonic_offset {
+            monotonic_now() + offset
         } else {
             SystemClock.now()
         }

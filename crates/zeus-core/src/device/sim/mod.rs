@@ -16,6 +16,8 @@
 //! - `ZEUS_SIM_FIDELITY`: `real` (default) or `ideal`, see [`Fidelity`].
 //! - `ZEUS_SIM_ENERGY_READ_MS`: the CPU cost of an energy read at real fidelity, for every GPU
 //!   (default: the preset's; the H100 measured 3.5-6 ms).
+//! - `ZEUS_SIM_SHARED`: a file path; every process naming the same file shares the devices'
+//!   mutable state, as processes share a real GPU (see [`shared`]). Not with a virtual clock.
 //!
 //! Energy is the exact integral of the modelled power over time; the state is integrated lazily
 //! whenever it is read or changed. What a reading *returns* depends on the fidelity: with `real`,
@@ -23,6 +25,7 @@
 
 pub mod clock;
 pub mod preset;
+pub mod shared;
 pub mod workload;
 
 use std::collections::VecDeque;
@@ -177,6 +180,10 @@ struct State {
     /// Real fidelity only: the stretches before `t_last`, oldest first, for readings that refer
     /// to a moment in the past (the last update, a trailing average).
     past: VecDeque<Segment>,
+    /// Shared devices: the record version this copy was made from (see [`shared`]).
+    version: u64,
+    /// Shared devices: the generation of `curve`.
+    curve_gen: u64,
 }
 
 /// One simulated GPU.
@@ -194,7 +201,10 @@ pub struct SimGpu {
     /// Real fidelity: where in its update period this device's driver publishes (s), so that
     /// several GPUs do not tick in lockstep.
     tick_phase: f64,
+    /// Locally, the state; for a shared device, this process's copy of it.
     state: Mutex<State>,
+    /// `ZEUS_SIM_SHARED`: where the state really lives.
+    shared: Option<shared::SharedDevice>,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -352,6 +362,8 @@ impl SimGpu {
             busy: (0.0, 0.0),
             t_last: t,
             past: VecDeque::new(),
+            version: 0,
+            curve_gen: 0,
         };
         state.refresh(preset);
         SimGpu {
@@ -371,7 +383,13 @@ impl SimGpu {
             tick_phase: (unit_noise(index as u64 ^ 0x7e1c_0000) + 1.0) / 2.0
                 * preset.power_update_period_s,
             state: Mutex::new(state),
+            shared: None,
         }
+    }
+
+    /// Whether this device's state is shared with other processes (`ZEUS_SIM_SHARED`).
+    pub fn is_shared(&self) -> bool {
+        self.shared.is_some()
     }
 
     pub fn fidelity(&self) -> Fidelity {
@@ -410,10 +428,34 @@ impl SimGpu {
         self.index
     }
 
+    /// The state, up to date (a shared device copies the file's state when another write
+    /// happened since this process last looked).
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters (every update is a handful of plain assignments), so keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sh) = &self.shared {
+            sh.sync(&mut s);
+        }
+        s
+    }
+
+    /// Read-modify-write the state at the current time: integrate up to now, then apply `f`
+    /// (given the time). A shared device does it under the file's exclusive lock, reading the
+    /// clock only once it holds the lock so that writers' times never go backwards.
+    fn write<R>(&self, f: impl FnOnce(&mut State, f64) -> R) -> R {
+        // Shared devices always keep history: another process may read at real fidelity.
+        let keep_history = self.real() || self.shared.is_some();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let step = |s: &mut State| {
+            let now = self.clock.now();
+            s.settle(self.preset, now, keep_history);
+            f(s, now)
+        };
+        match &self.shared {
+            Some(sh) => sh.write(&mut s, step),
+            None => step(&mut s),
+        }
     }
 
     fn check_privileged(&self, what: &str) -> GpuResult<()> {
@@ -429,12 +471,11 @@ impl SimGpu {
 
     /// Change state at the current time: integrate first, then apply `f`.
     fn mutate<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let now = self.clock.now();
-        let mut s = self.state();
-        s.settle(self.preset, now, self.real());
-        let r = f(&mut s);
-        s.refresh(self.preset);
-        r
+        self.write(|s, _| {
+            let r = f(s);
+            s.refresh(self.preset);
+            r
+        })
     }
 
     /// Set the load (idle, busy, or busy until a time).
@@ -452,9 +493,17 @@ impl SimGpu {
         }
     }
 
-    /// Replace the workload curve.
-    pub fn set_curve(&self, curve: WorkloadCurve) {
-        self.mutate(|s| s.curve = Arc::new(curve));
+    /// Replace the workload curve. A shared device refuses a curve with more than
+    /// [`shared::MAX_CURVE_POINTS`] points.
+    pub fn set_curve(&self, curve: WorkloadCurve) -> GpuResult<()> {
+        if self.shared.is_some() {
+            shared::check_curve(&curve)?;
+        }
+        self.mutate(|s| {
+            s.curve = Arc::new(curve);
+            s.curve_gen += 1;
+        });
+        Ok(())
     }
 
     pub fn curve(&self) -> Arc<WorkloadCurve> {
@@ -469,12 +518,11 @@ impl SimGpu {
 
     /// Start `work` units of work now; returns how long they take at the current settings.
     pub fn start_work(&self, work: f64) -> f64 {
-        let now = self.clock.now();
-        let mut s = self.state();
-        s.settle(self.preset, now, self.real());
-        let duration = work.max(0.0) * s.seconds_per_unit();
-        s.load = Load::BusyUntil(now + duration);
-        duration
+        self.write(|s, now| {
+            let duration = work.max(0.0) * s.seconds_per_unit();
+            s.load = Load::BusyUntil(now + duration);
+            duration
+        })
     }
 
     /// The exact energy integral so far, joules (the model's ground truth, unrounded).
@@ -729,6 +777,9 @@ pub struct SimConfig {
     pub fidelity: Fidelity,
     /// Real fidelity: the CPU cost of an energy read, s, for every GPU (`None`: each preset's).
     pub energy_read_cost_s: Option<f64>,
+    /// `ZEUS_SIM_SHARED`: the file whose devices this process shares with every process naming
+    /// it (see [`shared`]); `None`: private devices.
+    pub shared: Option<std::path::PathBuf>,
 }
 
 impl Default for SimConfig {
@@ -743,6 +794,7 @@ impl Default for SimConfig {
             load: Load::Idle,
             fidelity: Fidelity::Real,
             energy_read_cost_s: None,
+            shared: None,
         }
     }
 }
@@ -812,7 +864,8 @@ impl SimConfig {
             },
             _ => None,
         };
-        Ok(SimConfig {
+        let shared = shared::path_from_env();
+        let config = SimConfig {
             presets,
             virtual_clock,
             privileged,
@@ -824,7 +877,24 @@ impl SimConfig {
                 Fidelity::Real
             },
             energy_read_cost_s,
-        })
+            shared,
+        };
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Refuse combinations that cannot work: a shared device on a virtual clock (a virtual clock
+    /// belongs to one process, so processes could not agree on the time).
+    fn check(&self) -> GpuResult<()> {
+        if let (Some(path), true) = (&self.shared, self.virtual_clock) {
+            return Err(GpuError::Init(format!(
+                "ZEUS_SIM_SHARED={} cannot be used with ZEUS_SIM_CLOCK=virtual: a virtual clock \
+                 belongs to one process, so processes sharing the GPUs could not agree on the \
+                 time; use the real clock (unset ZEUS_SIM_CLOCK) or drop ZEUS_SIM_SHARED",
+                path.display()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -836,33 +906,53 @@ pub struct SimCluster {
 }
 
 impl SimCluster {
+    /// Build private devices. Panics if `config.shared` is set and the file cannot be opened:
+    /// use [`SimCluster::open`] for a configuration from the environment.
     pub fn new(config: SimConfig) -> SimCluster {
-        let clock = Arc::new(if config.virtual_clock {
-            SimClock::virtual_clock()
-        } else {
-            SimClock::real()
-        });
-        let devices = config
-            .presets
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let mut g = SimGpu::new(
-                    i,
-                    p,
-                    clock.clone(),
-                    config.privileged,
-                    config.workload.as_ref(),
-                    config.load,
-                    config.fidelity,
-                );
-                if let Some(cost) = config.energy_read_cost_s {
-                    g.energy_read_cost_s = cost;
-                }
-                Arc::new(g)
-            })
-            .collect();
-        SimCluster { clock, devices }
+        SimCluster::open(config).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Build the devices `config` describes; with `config.shared`, open (or create) the shared
+    /// file, which can fail (a mismatch, an unreadable file, a virtual clock).
+    pub fn open(config: SimConfig) -> GpuResult<SimCluster> {
+        config.check()?;
+        let build = |clock: Arc<SimClock>| -> Vec<SimGpu> {
+            config
+                .presets
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let mut g = SimGpu::new(
+                        i,
+                        p,
+                        clock.clone(),
+                        config.privileged,
+                        config.workload.as_ref(),
+                        config.load,
+                        config.fidelity,
+                    );
+                    if let Some(cost) = config.energy_read_cost_s {
+                        g.energy_read_cost_s = cost;
+                    }
+                    g
+                })
+                .collect()
+        };
+        let (clock, devices) = match &config.shared {
+            Some(path) => shared::open(path, &config.presets, build)?,
+            None => {
+                let clock = Arc::new(if config.virtual_clock {
+                    SimClock::virtual_clock()
+                } else {
+                    SimClock::real()
+                });
+                (clock.clone(), build(clock))
+            }
+        };
+        Ok(SimCluster {
+            clock,
+            devices: devices.into_iter().map(Arc::new).collect(),
+        })
     }
 
     pub fn clock(&self) -> Arc<SimClock> {
@@ -923,7 +1013,7 @@ pub fn global_cluster() -> GpuResult<Arc<SimCluster>> {
     if let Some(c) = g.as_ref() {
         return Ok(c.clone());
     }
-    let c = Arc::new(SimCluster::new(SimConfig::from_env()?));
+    let c = Arc::new(SimCluster::open(SimConfig::from_env()?)?);
     *g = Some(c.clone());
     Ok(c)
 }

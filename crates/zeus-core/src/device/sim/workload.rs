@@ -297,6 +297,29 @@ impl WorkloadCurve {
         self.clock.as_ref()
     }
 
+    /// Whether power is capped at the limit (see the field).
+    pub(crate) fn is_capped(&self) -> bool {
+        self.capped
+    }
+
+    /// Rebuild a curve from what [`WorkloadCurve::points`], [`WorkloadCurve::clock_curve`] and
+    /// [`WorkloadCurve::is_capped`] gave (the shared state file stores curves that way). The
+    /// parts must come from a valid curve: nothing is checked again.
+    pub(crate) fn from_parts(
+        points: Vec<CurvePoint>,
+        clock: Option<(f64, Vec<ClockPoint>)>,
+        capped: bool,
+    ) -> WorkloadCurve {
+        WorkloadCurve {
+            points,
+            clock: clock.map(|(power_limit_w, points)| ClockCurve {
+                power_limit_w,
+                points,
+            }),
+            capped,
+        }
+    }
+
     /// The default curve scaled to a board whose maximum power limit is `max_power_limit_w`,
     /// with one unit of work taking one second at that limit.
     pub fn default_for(max_power_limit_w: f64) -> WorkloadCurve {
