@@ -1,4 +1,7 @@
-"""Shared fixtures: the simulated GPU, the shared data directory, the fake NVML library."""
+"""Shared fixtures: the simulated GPU, the shared data directory, the fake NVML library.
+
+The Prometheus and Pushgateway fixtures live in `prometheus_servers.py`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,9 @@ import pytest
 import zeus.device.sim
 from zeus.device import GPUs, get_gpus
 
+# Real Prometheus and Pushgateway servers (`pushgateway`, `prometheus_factory`).
+pytest_plugins = ["prometheus_servers"]
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 _SIM_VARS = (
@@ -20,8 +26,13 @@ _SIM_VARS = (
     "ZEUS_SIM_WORKLOAD",
     "ZEUS_SIM_LOAD",
     "ZEUS_SIM_FIDELITY",
+    "ZEUS_SIM_SHARED",
     "ZEUS_NVML_LIB",
     "CUDA_VISIBLE_DEVICES",
+    # A daemon configured in the developer's shell would route every GPU write of the tests.
+    "ZEUSD_SOCK_PATH",
+    "ZEUSD_HOST_PORT",
+    "ZEUSD_TOKEN",
 )
 
 

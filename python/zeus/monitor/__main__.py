@@ -1,4 +1,4 @@
-"""`python -m zeus.monitor energy|power`: measure from the command line until Ctrl-C.
+"""`python -m zeus.monitor energy|power|serve`: measure from the command line until Ctrl-C.
 
 - `energy`: one measurement window over the whole run; prints time, energy per GPU and the
   total at the end.
@@ -10,6 +10,10 @@
 or one JSON object; `power` streams one row or JSON line per sample as it is taken, and so does
 `table` when stdout is not a terminal (piped rows, not a live view). Status lines and the closing
 summary of a stream go to stderr. Ctrl-C, SIGTERM or `--duration` end the run.
+
+- `serve`: the Prometheus exporter. It runs the bundled `zeus-monitor serve` binary in place of
+  this process (so Ctrl-C and SIGTERM reach it directly); see `zeus-monitor serve --help` for the
+  metrics it exposes at `/metrics`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m zeus.monitor",
         description="Measure GPU energy or power until interrupted (Ctrl-C).",
     )
-    sub = p.add_subparsers(dest="mode", required=True, metavar="{energy,power}")
+    sub = p.add_subparsers(dest="mode", required=True, metavar="{energy,power,serve}")
     e = sub.add_parser("energy", help="Total time and energy of the whole run.")
     w = sub.add_parser("power", help="Power per GPU over time, and energy at the end.")
     for s in (e, w):
@@ -53,7 +57,46 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="Seconds between samples (default: half the GPUs' power update period)",
     )
+    s = sub.add_parser(
+        "serve",
+        help="Serve GPU and CPU energy and power to Prometheus (runs the bundled "
+        "zeus-monitor serve).",
+    )
+    s.add_argument(
+        "--listen",
+        default=None,
+        metavar="IP:PORT",
+        help="address to listen on (default 127.0.0.1:9400; port 0 picks a free port)",
+    )
+    s.add_argument(
+        "--gpus",
+        default=None,
+        metavar="INDICES",
+        help="GPUs to export, comma-separated, e.g. 0,1 (default: all)",
+    )
+    s.add_argument(
+        "--cpus",
+        default=None,
+        metavar="auto|all|none|INDICES",
+        help="CPU packages to export from RAPL (default auto: all if RAPL is readable)",
+    )
     return p
+
+
+def _serve(args: argparse.Namespace) -> None:
+    """Become `zeus-monitor serve` (the binary checks the values and names a bad one)."""
+    from zeus._bin_launcher import _exec
+
+    argv = ["serve"]
+    if args.listen is not None:
+        argv += ["--listen", args.listen]
+    if args.gpus is not None:
+        argv += ["--gpus", args.gpus]
+    if args.cpus is not None:
+        argv += ["--cpus", args.cpus]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exec("zeus-monitor", argv)
 
 
 def _sigterm_as_interrupt() -> None:
@@ -79,6 +122,7 @@ def _energy(args: argparse.Namespace, out: TextIO, err: Console) -> None:
 
     monitor = ZeusMonitor(gpu_indices=args.gpu_indices)
     gpus = monitor.gpus
+    assert gpus is not None, "a monitor with GPUs has them"
     start = gpus.now()
     monitor.begin_window("zeus.monitor.energy", sync_cuda=False)
     err.print(f"Measuring energy of GPUs {monitor.gpu_indices}; Ctrl-C to stop.")
@@ -211,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.mode == "serve":
+        _serve(args)  # does not return
     _sigterm_as_interrupt()
     err = Console(stderr=True)
     if args.mode == "energy":
