@@ -1,7 +1,9 @@
 //! When building the Python extension (feature `python`), also build the two native artifacts
 //! the wheel ships next to it, and copy them into `python/zeus/_bin/`:
 //! - `libnvidia-ml.so.1`: the simulated GPU speaking the NVML C ABI (crate `zeus-sim-nvml`);
-//! - `zeus-monitor`: the standalone power-logging binary (crate `zeus-monitor`).
+//! - `zeus-monitor`: the standalone power-logging binary and Prometheus exporter (crate
+//!   `zeus-monitor`);
+//! - `zeusd`: the GPU settings daemon (crate `zeusd`).
 //!
 //! maturin builds one crate, so a nested `cargo build` of those two crates (in their own target
 //! directory, so the outer build's lock is not contended) is the way to get them into the same
@@ -24,6 +26,7 @@ fn main() {
         "crates/zeus-core/src",
         "crates/zeus-sim-nvml/src",
         "crates/zeus-monitor/src",
+        "crates/zeusd/src",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
@@ -40,6 +43,8 @@ fn main() {
             "zeus-sim-nvml",
             "-p",
             "zeus-monitor",
+            "-p",
+            "zeusd",
             "--target-dir",
         ])
         .arg(&target_dir);
@@ -78,10 +83,10 @@ fn main() {
     cmd.env("ZEUS_SKIP_BUNDLE", "1");
     let status = cmd
         .status()
-        .expect("could not run cargo to build zeus-sim-nvml and zeus-monitor");
+        .expect("could not run cargo to build zeus-sim-nvml, zeus-monitor and zeusd");
     assert!(
         status.success(),
-        "building zeus-sim-nvml and zeus-monitor failed"
+        "building zeus-sim-nvml, zeus-monitor and zeusd failed"
     );
     let built = target_dir.join(if release { "release" } else { "debug" });
     let bin_dir = root.join("python").join("zeus").join("_bin");
@@ -89,6 +94,7 @@ fn main() {
     for (from, to) in [
         ("libnvidia_ml.so", "libnvidia-ml.so.1"),
         ("zeus-monitor", "zeus-monitor"),
+        ("zeusd", "zeusd"),
     ] {
         let dest = bin_dir.join(to);
         // Replace atomically so a running process that has the old file mapped is unaffected.

@@ -2,17 +2,24 @@
 
 Index *i* is the *i*-th GPU visible to this process (after `CUDA_VISIBLE_DEVICES`), which is
 what PyTorch calls `cuda:i`. Units: mW, mJ, MHz.
+
+With `ZEUSD_SOCK_PATH` or `ZEUSD_HOST_PORT` set (`zeus.device.zeusd`), the setters (power
+limit, persistence mode, locked graphics and memory clocks, and their resets) ask zeusd, the
+privileged daemon, to make the change; every getter still reads the device directly.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from zeus import _core
 from zeus.device.exception import *  # noqa: F403  (re-exported, as in the reference)
+from zeus.device.exception import ZeusGPUInvalidArgError
 from zeus.device.exception import __all__ as _exception_names
+from zeus.device.zeusd import ZeusdClient
 
 
 class GPUs(_core.GPUs):
@@ -21,7 +28,87 @@ class GPUs(_core.GPUs):
     Method names follow the reference's GPU API (`get_name(i)`,
     `set_power_management_limit(i, mw)`, ...); every method takes the GPU index first. The
     camelCase names of zeus 0.8 (`getName`, `setPowerManagementLimit`, ...) still work and warn.
+
+    The daemon switch is read from the environment when the object is made: `zeusd` is the
+    client writes go through, or None when they are made directly.
+
+    Raises:
+        ZeusdConfigError: `ZEUSD_SOCK_PATH` and `ZEUSD_HOST_PORT` are both set, or
+            `ZEUSD_HOST_PORT` is malformed.
+
     """
+
+    zeusd: Optional[ZeusdClient]
+
+    def __init__(self, ensure_homogeneous: bool = False) -> None:
+        # `_core.GPUs.__new__` opened the backend; only the write path is decided here.
+        self.zeusd = ZeusdClient.from_env()
+
+    def _daemon_index(self, gpu_index: int) -> int:
+        """The daemon's index of GPU `gpu_index` (the NVML index, not renumbered)."""
+        index = operator.index(gpu_index)
+        physical = self.physical_indices
+        if isinstance(gpu_index, bool) or not 0 <= index < len(physical):
+            raise ZeusGPUInvalidArgError(
+                f"GPU index {gpu_index!r} is out of range: {len(physical)} GPU(s) are visible"
+            )
+        return physical[index]
+
+    def set_power_management_limit(
+        self, gpu_index: int, power_limit_mw: int, block: bool = True
+    ) -> None:
+        """Set GPU `gpu_index`'s power limit, mW (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().set_power_management_limit(gpu_index, power_limit_mw, block)
+        self.zeusd.set_power_limit([self._daemon_index(gpu_index)], power_limit_mw, block)
+
+    def reset_power_management_limit(self, gpu_index: int, block: bool = True) -> None:
+        """Set GPU `gpu_index`'s power limit back to its default (through zeusd when configured).
+
+        zeusd has no reset endpoint: the default is read here and set through the daemon.
+        """
+        if self.zeusd is None:
+            return super().reset_power_management_limit(gpu_index, block)
+        default = self.get_default_power_management_limit(gpu_index)
+        self.zeusd.set_power_limit([self._daemon_index(gpu_index)], default, block)
+
+    def set_persistence_mode(self, gpu_index: int, enabled: bool, block: bool = True) -> None:
+        """Turn persistence mode on or off (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().set_persistence_mode(gpu_index, enabled, block)
+        self.zeusd.set_persistence_mode([self._daemon_index(gpu_index)], enabled, block)
+
+    def set_gpu_locked_clocks(
+        self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int, block: bool = True
+    ) -> None:
+        """Lock the graphics clock to a range, MHz (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().set_gpu_locked_clocks(gpu_index, min_clock_mhz, max_clock_mhz, block)
+        self.zeusd.set_gpu_locked_clocks(
+            [self._daemon_index(gpu_index)], min_clock_mhz, max_clock_mhz, block
+        )
+
+    def reset_gpu_locked_clocks(self, gpu_index: int, block: bool = True) -> None:
+        """Unlock the graphics clock (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().reset_gpu_locked_clocks(gpu_index, block)
+        self.zeusd.reset_gpu_locked_clocks([self._daemon_index(gpu_index)], block)
+
+    def set_memory_locked_clocks(
+        self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int, block: bool = True
+    ) -> None:
+        """Lock the memory clock to a range, MHz (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().set_memory_locked_clocks(gpu_index, min_clock_mhz, max_clock_mhz, block)
+        self.zeusd.set_mem_locked_clocks(
+            [self._daemon_index(gpu_index)], min_clock_mhz, max_clock_mhz, block
+        )
+
+    def reset_memory_locked_clocks(self, gpu_index: int, block: bool = True) -> None:
+        """Unlock the memory clock (through zeusd when configured)."""
+        if self.zeusd is None:
+            return super().reset_memory_locked_clocks(gpu_index, block)
+        self.zeusd.reset_mem_locked_clocks([self._daemon_index(gpu_index)], block)
 
 
 # camelCase aliases of zeus 0.8, kept so code written for it keeps working.
@@ -66,7 +153,11 @@ def get_gpus(ensure_homogeneous: bool = False) -> GPUs:
     The backend is NVML unless `ZEUS_GPU_BACKEND=sim` opts in to the simulated GPU; there is
     never a silent fallback. Unlike the reference, `ensure_homogeneous` is checked on every call.
 
+    With `ZEUSD_SOCK_PATH` or `ZEUSD_HOST_PORT` set, its setters go through zeusd (see
+    `GPUs`); `reset_gpus()` makes the next call read the variables again.
+
     Raises:
+        ZeusdConfigError: the zeusd variables are both set or malformed.
         ZeusGPULibraryNotFoundError: NVML is not installed (the message says how to simulate).
         ZeusGPUInvalidArgError: `CUDA_VISIBLE_DEVICES` is malformed or out of range.
         ZeusGPUInitError: the backend could not start, or the GPUs differ and

@@ -80,6 +80,35 @@ pub enum Released {
     },
 }
 
+/// One line for people, e.g. `GPU 0: restored power limit 300000 mW`.
+impl fmt::Display for Released {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Released::Restored {
+                index,
+                original: Original::PowerLimit(mw),
+            } => write!(f, "GPU {index}: restored power limit {mw} mW"),
+            Released::Restored {
+                index,
+                original: Original::Unlock(l),
+            } => write!(f, "GPU {index}: unlocked {} clocks", l.describe()),
+            Released::LeftTo {
+                index,
+                kind,
+                holders,
+            } => {
+                let pids: Vec<String> = holders.iter().map(|h| h.pid.to_string()).collect();
+                write!(
+                    f,
+                    "GPU {index}: {} left as running process(es) {} set it",
+                    kind.describe(),
+                    pids.join(", ")
+                )
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Held {
     index: usize,
@@ -253,6 +282,53 @@ impl SettingsGuard {
     /// returned (its journal entry stays for a later restore). Idempotent.
     pub fn restore(&self) -> Result<Vec<Released>, SettingsError> {
         self.inner.restore()
+    }
+
+    /// Take over a setting the journal already lists this guard's owner as holding (a daemon
+    /// restarted while its client lived on): from then on it is released and restored as if
+    /// this guard had made the change. False when no readable entry names the owner.
+    pub fn adopt(&self, index: usize, kind: Kind) -> Result<bool, SettingsError> {
+        let inner = &self.inner;
+        let uuid = inner.gpus.device(index)?.uuid()?;
+        let original = {
+            let _lock = inner.journal.lock()?;
+            match inner.journal.read(kind, &uuid)? {
+                Read::Entry(e) if e.holders.iter().any(|h| h.same_process(&inner.owner)) => {
+                    e.original
+                }
+                _ => return Ok(false),
+            }
+        };
+        let mut held = inner.lock_held();
+        held.retain(|h| !(h.index == index && h.original.kind() == kind));
+        held.push(Held {
+            index,
+            uuid,
+            original,
+            journaled: true,
+        });
+        Ok(true)
+    }
+
+    /// Release one held setting (GPU `index`, `kind`) and keep the others: it goes back to
+    /// its original unless another live process still holds it. `None` when this guard does
+    /// not hold it. On error the hold is dropped all the same; its journal entry stays for a
+    /// later restore, as with [`SettingsGuard::restore`].
+    pub fn release(&self, index: usize, kind: Kind) -> Result<Option<Released>, SettingsError> {
+        if std::process::id() != self.inner.process {
+            return Ok(None);
+        }
+        let h = {
+            let mut held = self.inner.lock_held();
+            match held
+                .iter()
+                .position(|h| h.index == index && h.original.kind() == kind)
+            {
+                Some(p) => held.remove(p),
+                None => return Ok(None),
+            }
+        };
+        self.inner.release(&h).map(Some)
     }
 }
 

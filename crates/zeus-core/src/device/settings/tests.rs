@@ -15,6 +15,7 @@ fn sim_cluster_gpus() -> (SimCluster, Gpus) {
         fidelity: crate::device::sim::Fidelity::Ideal,
         load: Load::Idle,
         energy_read_cost_s: None,
+        shared: None,
     });
     let gpus = cluster.gpus();
     (cluster, gpus)
@@ -547,6 +548,69 @@ fn two_guards_of_one_process_count_each_other() {
     drop(first);
     assert_eq!(limit(&gpus, 0), 150_000);
     assert!(entry(&j, Kind::PowerLimit, &uuid(&gpus, 0)).is_some());
+    second.restore().unwrap();
+    assert_eq!(limit(&gpus, 0), 300_000);
+    assert!(entry(&j, Kind::PowerLimit, &uuid(&gpus, 0)).is_none());
+}
+
+#[test]
+fn release_gives_back_one_setting_and_keeps_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::at(dir.path());
+    let gpus = sim_gpus();
+    let other = OtherProcess::start();
+    let g = SettingsGuard::new(gpus.clone(), j.clone());
+    g.set_power_limit(0, 200_000).unwrap();
+    g.set_power_limit(1, 200_000).unwrap();
+    assert_eq!(g.release(1, Kind::Clocks).unwrap(), None, "not held");
+    assert_eq!(
+        g.release(1, Kind::PowerLimit).unwrap(),
+        Some(Released::Restored {
+            index: 1,
+            original: Original::PowerLimit(limit(&gpus, 1)),
+        })
+    );
+    assert!(entry(&j, Kind::PowerLimit, &uuid(&gpus, 1)).is_none());
+    assert_eq!(limit(&gpus, 0), 200_000, "GPU 0 is still held");
+    // Shared with another live process: releasing leaves the setting to it.
+    let b = SettingsGuard::on_behalf_of(gpus.clone(), j.clone(), other.owner());
+    b.set_power_limit(0, 200_000).unwrap();
+    assert!(matches!(
+        g.release(0, Kind::PowerLimit).unwrap(),
+        Some(Released::LeftTo { .. })
+    ));
+    assert_eq!(limit(&gpus, 0), 200_000);
+    assert!(!g.is_active());
+    b.restore().unwrap();
+    assert_eq!(limit(&gpus, 0), 300_000);
+}
+
+#[test]
+fn a_guard_adopts_a_journaled_hold_of_its_owner_and_restores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::at(dir.path());
+    let gpus = sim_gpus();
+    let client = OtherProcess::start();
+    // A first daemon set the limit for the client, then died without a hook.
+    write_entry(
+        &j,
+        &Entry {
+            uuid: uuid(&gpus, 0),
+            original: Original::PowerLimit(300_000),
+            holders: vec![client.owner()],
+            created: 0,
+        },
+    );
+    gpus.set_power_management_limit(0, 150_000).unwrap();
+    let second = SettingsGuard::on_behalf_of(gpus.clone(), j.clone(), client.owner());
+    assert!(!second.adopt(0, Kind::Clocks).unwrap(), "nothing journaled");
+    let stranger = SettingsGuard::on_behalf_of(gpus.clone(), j.clone(), dead_owner());
+    assert!(
+        !stranger.adopt(0, Kind::PowerLimit).unwrap(),
+        "not its hold"
+    );
+    assert!(second.adopt(0, Kind::PowerLimit).unwrap());
+    assert_eq!(second.original_power_limit(0), Some(300_000));
     second.restore().unwrap();
     assert_eq!(limit(&gpus, 0), 300_000);
     assert!(entry(&j, Kind::PowerLimit, &uuid(&gpus, 0)).is_none());

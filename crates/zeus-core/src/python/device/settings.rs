@@ -282,29 +282,7 @@ impl PySettingsGuard {
         let released = py
             .detach(|| self.inner.restore())
             .map_err(|e| settings_err(py, e))?;
-        Ok(released
-            .into_iter()
-            .map(|r| match r {
-                Released::Restored { index, original } => match original {
-                    Original::PowerLimit(mw) => {
-                        format!("GPU {index}: restored power limit {mw} mW")
-                    }
-                    Original::Unlock(l) => format!("GPU {index}: unlocked {} clocks", l.describe()),
-                },
-                Released::LeftTo {
-                    index,
-                    kind,
-                    holders,
-                } => {
-                    let pids: Vec<String> = holders.iter().map(|h| h.pid.to_string()).collect();
-                    format!(
-                        "GPU {index}: {} left as running process(es) {} set it",
-                        kind.describe(),
-                        pids.join(", ")
-                    )
-                }
-            })
-            .collect())
+        Ok(released.iter().map(Released::to_string).collect())
     }
 }
 

@@ -1,0 +1,367 @@
+//! `/gpu/*`: reads (group gpu-read) and writes (group gpu-control).
+//!
+//! Every parameter is checked before any GPU is touched, so a refused request changes
+//! nothing. Power limits, clock locks and clock resets are held per client ([`owners`]:
+//! journaled, put back when the client exits or its lease lapses, 409 when another live client
+//! holds the setting at another value); persistence mode goes to the device directly (the
+//! guard does not journal it).
+//!
+//! [`owners`]: crate::owners
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use axum::Json;
+use serde_json::{json, Map, Value};
+use zeus_core::device::{Gpu, GpuError};
+
+use crate::app::{now_ms, ApiError, App, DeviceErrors, Params, Shared};
+use crate::owners::{ClientKey, Requester, WriteError};
+use crate::peer::Caller;
+
+pub fn read_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
+    vec![
+        ("/gpu/get_power_limit", get(get_power_limit)),
+        (
+            "/gpu/get_power_limit_constraints",
+            get(get_power_limit_constraints),
+        ),
+        ("/gpu/get_cumulative_energy", get(get_cumulative_energy)),
+        ("/gpu/get_power", get(get_power)),
+        ("/gpu/get_persistence_mode", get(get_persistence_mode)),
+        ("/gpu/stream_power", get(crate::stream::gpu_stream_power)),
+    ]
+}
+
+pub fn control_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
+    vec![
+        ("/gpu/set_power_limit", post(set_power_limit)),
+        ("/gpu/set_persistence_mode", post(set_persistence_mode)),
+        ("/gpu/set_gpu_locked_clocks", post(set_gpu_locked_clocks)),
+        (
+            "/gpu/reset_gpu_locked_clocks",
+            post(reset_gpu_locked_clocks),
+        ),
+        ("/gpu/set_mem_locked_clocks", post(set_mem_locked_clocks)),
+        (
+            "/gpu/reset_mem_locked_clocks",
+            post(reset_mem_locked_clocks),
+        ),
+        ("/gpu/reset_locked_clocks", post(reset_locked_clocks)),
+        ("/client/renew_lease", post(renew_lease)),
+    ]
+}
+
+/// The status a device error answers with.
+pub fn gpu_status(e: &GpuError) -> StatusCode {
+    match e {
+        GpuError::NoPermission(_) => StatusCode::FORBIDDEN,
+        GpuError::InvalidArg(_) | GpuError::NotSupported(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// `{"<id>": read(gpu)}` for `gpu_ids` (all GPUs when absent); per-GPU errors aggregated.
+fn per_gpu_read(
+    app: &App,
+    params: &Params,
+    read: impl Fn(&dyn Gpu) -> Result<Value, GpuError>,
+) -> Result<Map<String, Value>, ReadError> {
+    let ids = params
+        .ids("gpu_ids", app.gpus.len(), false)
+        .map_err(ReadError::Param)?;
+    let mut out = Map::new();
+    let mut errors = DeviceErrors::default();
+    for i in ids {
+        match app.gpus.device(i).and_then(|d| read(d.as_ref())) {
+            Ok(v) => {
+                out.insert(i.to_string(), v);
+            }
+            Err(e) => errors.add(i, gpu_status(&e), e.to_string()),
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(ReadError::Devices(errors))
+    }
+}
+
+/// A read refused for its parameters, or failed on some GPUs.
+enum ReadError {
+    Param(ApiError),
+    Devices(DeviceErrors),
+}
+
+impl IntoResponse for ReadError {
+    fn into_response(self) -> Response {
+        match self {
+            ReadError::Param(e) => e.into_response(),
+            ReadError::Devices(e) => e.into_response(),
+        }
+    }
+}
+
+fn answer(r: Result<Map<String, Value>, ReadError>) -> Response {
+    match r {
+        Ok(m) => Json(Value::Object(m)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn get_power_limit(State(app): State<Shared>, params: Params) -> Response {
+    answer(per_gpu_read(&app, &params, |d| {
+        Ok(json!({"power_limit_mw": d.power_management_limit()?}))
+    }))
+}
+
+async fn get_power_limit_constraints(State(app): State<Shared>, params: Params) -> Response {
+    answer(per_gpu_read(&app, &params, |d| {
+        let (lo, hi) = d.power_management_limit_constraints()?;
+        Ok(json!({"min_power_limit_mw": lo, "max_power_limit_mw": hi}))
+    }))
+}
+
+async fn get_cumulative_energy(State(app): State<Shared>, params: Params) -> Response {
+    answer(per_gpu_read(&app, &params, |d| {
+        if !d.supports_total_energy_consumption()? {
+            return Err(GpuError::NotSupported(
+                "this GPU has no cumulative energy counter (Volta or newer has one)".into(),
+            ));
+        }
+        Ok(json!({"energy_mj": d.total_energy_consumption()?}))
+    }))
+}
+
+async fn get_persistence_mode(State(app): State<Shared>, params: Params) -> Response {
+    answer(per_gpu_read(&app, &params, |d| {
+        Ok(json!({"enabled": d.persistence_mode()?}))
+    }))
+}
+
+/// Power now, mW: the instant reading, or the driver's average on boards without one (as
+/// NVML's GetPowerUsage does).
+pub fn power_mw(d: &dyn Gpu) -> Result<u32, GpuError> {
+    match d.instant_power_usage() {
+        Err(GpuError::NotSupported(_)) => d.average_power_usage(),
+        other => other,
+    }
+}
+
+async fn get_power(State(app): State<Shared>, params: Params) -> Response {
+    match per_gpu_read(&app, &params, |d| Ok(json!(power_mw(d)?))) {
+        Ok(m) => Json(json!({"timestamp_ms": now_ms(), "power_mw": m})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// One write, applied to each GPU of `gpu_ids`.
+#[derive(Clone, Copy, Debug)]
+pub enum Write {
+    PowerLimit(u32),
+    Persistence(bool),
+    LockGpu(u32, u32),
+    LockMem(u32, u32),
+    ResetGpu,
+    ResetMem,
+    ResetBoth,
+}
+
+fn clock_range(params: &Params) -> Result<(u32, u32), ApiError> {
+    let lo = params.u32("min_clock_mhz")?;
+    let hi = params.u32("max_clock_mhz")?;
+    if lo > hi {
+        return Err(ApiError::param(
+            "min_clock_mhz",
+            format!("{lo} is greater than max_clock_mhz {hi}"),
+        ));
+    }
+    Ok((lo, hi))
+}
+
+fn apply(app: &App, r: &Requester, i: usize, w: Write) -> Result<(), WriteError> {
+    match w {
+        Write::Persistence(on) => Ok(app.gpus.device(i)?.set_persistence_mode(on)?),
+        _ => app.clients.write(r, i, w),
+    }
+}
+
+fn apply_all(app: &App, r: &Requester, ids: &[usize], w: Write) -> DeviceErrors {
+    let mut errors = DeviceErrors::default();
+    for &i in ids {
+        match apply(app, r, i, w) {
+            Ok(()) => {}
+            Err(WriteError::Device(status, msg)) => errors.add(i, status, msg),
+            Err(WriteError::Conflict(msg, detail)) => {
+                errors.add(i, StatusCode::CONFLICT, msg);
+                errors.conflicts.push(detail);
+            }
+        }
+    }
+    errors
+}
+
+/// Check every parameter, then apply: with `block=true` (default) wait and answer with the
+/// per-GPU errors; with `block=false` answer 200 at once and log the outcome when it is
+/// known. Every write is logged, refused ones too.
+async fn write(
+    app: Shared,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+    op: impl FnOnce(&Params) -> Result<Write, ApiError>,
+) -> Response {
+    let parsed = (|| {
+        let params = params?;
+        let ids = params.ids("gpu_ids", app.gpus.len(), true)?;
+        let block = params.bool_or("block", true)?;
+        Ok::<_, ApiError>((ids, block, op(&params)?))
+    })();
+    let (ids, block, w) = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            caller.log(&format!("{} {}", e.status.as_u16(), e.message));
+            return e.into_response();
+        }
+    };
+    let task = {
+        let app = app.clone();
+        let r = app.clients.identify(&caller);
+        tokio::task::spawn_blocking(move || apply_all(&app, &r, &ids, w))
+    };
+    if !block {
+        tokio::spawn(async move {
+            match task.await {
+                Ok(errors) => caller.log(&outcome(&errors, " (block=false)")),
+                Err(e) => caller.log(&format!("500 write task failed: {e} (block=false)")),
+            }
+        });
+        return StatusCode::OK.into_response();
+    }
+    match task.await {
+        Ok(errors) => {
+            caller.log(&outcome(&errors, ""));
+            if errors.is_empty() {
+                StatusCode::OK.into_response()
+            } else {
+                errors.into_response()
+            }
+        }
+        Err(e) => {
+            caller.log(&format!("500 write task failed: {e}"));
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("write failed: {e}"),
+            )
+            .into_response()
+        }
+    }
+}
+
+fn outcome(errors: &DeviceErrors, note: &str) -> String {
+    match errors.status {
+        None => format!("200 ok{note}"),
+        Some(s) => format!(
+            "{} {}{note}",
+            s.as_u16(),
+            Value::Object(errors.errors.clone())
+        ),
+    }
+}
+
+async fn set_power_limit(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |p| {
+        Ok(Write::PowerLimit(p.u32("power_limit_mw")?))
+    })
+    .await
+}
+
+async fn set_persistence_mode(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |p| {
+        Ok(Write::Persistence(p.bool("enabled")?))
+    })
+    .await
+}
+
+async fn set_gpu_locked_clocks(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |p| {
+        let (lo, hi) = clock_range(p)?;
+        Ok(Write::LockGpu(lo, hi))
+    })
+    .await
+}
+
+async fn set_mem_locked_clocks(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |p| {
+        let (lo, hi) = clock_range(p)?;
+        Ok(Write::LockMem(lo, hi))
+    })
+    .await
+}
+
+async fn reset_gpu_locked_clocks(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |_| Ok(Write::ResetGpu)).await
+}
+
+async fn reset_mem_locked_clocks(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |_| Ok(Write::ResetMem)).await
+}
+
+async fn reset_locked_clocks(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |_| Ok(Write::ResetBoth)).await
+}
+
+/// `POST /client/renew_lease` (our extension): renew the caller's lease and say when it ends.
+/// A Unix-socket client with a pid holds its settings while it runs and has no lease.
+async fn renew_lease(State(app): State<Shared>, caller: Caller) -> Response {
+    let r = app.clients.identify(&caller);
+    match &r.key {
+        ClientKey::Process(o) => Json(json!({
+            "client": Value::Null,
+            "pid": o.pid,
+            "expires_ms": Value::Null,
+            "lease_seconds": Value::Null,
+        }))
+        .into_response(),
+        ClientKey::Lease(key) => {
+            let (expires, holds) = app.clients.open_lease(&r);
+            let left = expires.saturating_duration_since(std::time::Instant::now());
+            Json(json!({
+                "client": key,
+                "pid": Value::Null,
+                "expires_ms": now_ms() + left.as_millis() as u64,
+                "lease_seconds": app.clients.lease().as_secs_f64(),
+                "holds": holds,
+            }))
+            .into_response()
+        }
+    }
+}

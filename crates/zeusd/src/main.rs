@@ -1,0 +1,73 @@
+//! zeusd: a daemon that serves Zeus 0.16's zeusd HTTP API over a Unix socket or TCP, so that
+//! unprivileged jobs can read GPU and CPU energy and change GPU settings.
+//!
+//! What exists:
+//! - `zeusd serve` ([`serve`]): `/discover`, `/time`, the `/gpu/*` reads and writes
+//!   ([`gpu`]), `/cpu/*` energy and power from RAPL ([`cpu`]), server-sent power streams
+//!   ([`stream`]); API groups (`--enable`), a disabled group answering 404 ([`app`]); HS256
+//!   bearer tokens with per-group scopes when `--signing-key-path` is given ([`auth`]); the
+//!   Unix-socket peer's uid/gid/pid from `SO_PEERCRED`, logged with every write ([`peer`]).
+//! - GPU power limits and clock locks are held on behalf of the client that asked ([`owners`]):
+//!   a Unix-socket client is its process (zeus-core `Owner`: pid, start time, boot), journaled
+//!   as the holder through a `SettingsGuard` acting for it, and released by a watcher thread
+//!   within 200 ms of its exit; a TCP client holds through a lease (`--tcp-lease-seconds`,
+//!   renewed by its requests and `POST /client/renew_lease`). Another live client's write at a
+//!   different value gets 409 naming the holders; resets release only the caller's hold. At
+//!   start, stale journal entries are restored and live clients' entries adopted; SIGTERM or
+//!   SIGINT restores everything held.
+//! - `zeusd token issue` prints a token for a user and a set of groups.
+//!
+//! Not yet: conflicts with processes that change GPUs without the daemon (they appear in the
+//! journal, but the daemon checks conflicts only against its own clients).
+
+mod app;
+mod auth;
+mod cli;
+mod cpu;
+mod gpu;
+mod owners;
+mod peer;
+mod serve;
+mod stream;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::auth::{Claims, Signer};
+use crate::cli::{Cli, Command, Expires, IssueArgs, TokenCommand};
+
+fn issue(args: &IssueArgs) -> Result<String, String> {
+    let signer = Signer::from_file(&args.signing_key_path)?;
+    let exp = match args.expires {
+        Expires::Never => None,
+        Expires::After(d) => Some(app::now_ms() / 1000 + d.as_secs()),
+    };
+    Ok(signer.issue(&Claims {
+        sub: args.user.clone(),
+        scopes: args.scope.0.iter().map(|g| g.name().to_string()).collect(),
+        exp,
+    }))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Token {
+            command: TokenCommand::Issue(args),
+        } => issue(&args).map(|t| println!("{t}")),
+        Command::Serve(args) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the runtime: {e}"))
+            .and_then(|rt| rt.block_on(serve::run(args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zeusd: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

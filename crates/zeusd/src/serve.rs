@@ -1,0 +1,227 @@
+//! `zeusd serve`: open the devices, check the configuration, listen, serve until
+//! SIGTERM/SIGINT, then put back every GPU setting the daemon holds for its clients. A watcher
+//! thread releases the settings of clients that exit or whose lease lapses ([`owners`]).
+//!
+//! [`owners`]: crate::owners
+
+use std::future::IntoFuture;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use zeus_core::device::settings::{restore_stale, Journal};
+use zeus_core::device::{BackendKind, Gpus, SystemClock};
+
+use crate::app::{router, App, Group};
+use crate::auth::Signer;
+use crate::cli::{Mode, ServeArgs};
+use crate::cpu::CpuState;
+use crate::owners::{Clients, WATCH_PERIOD};
+use crate::peer::Peer;
+
+/// How long requests in flight may take after the stop signal.
+const GRACE: Duration = Duration::from_secs(3);
+
+fn period(hz: f64) -> Duration {
+    Duration::from_secs_f64(1.0 / hz)
+}
+
+/// Everything before listening; `Err` is the message to exit with.
+fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, String> {
+    let explicit = args.enable.as_ref().map(|g| g.0.clone());
+    let enabled = explicit.clone().unwrap_or_else(|| Group::ALL.to_vec());
+    let signer = args
+        .signing_key_path
+        .as_deref()
+        .map(Signer::from_file)
+        .transpose()?;
+    let wants_gpus = enabled.contains(&Group::GpuControl) || enabled.contains(&Group::GpuRead);
+    let gpus = if wants_gpus {
+        Gpus::from_env().map_err(|e| format!("cannot open the GPUs: {e}"))?
+    } else {
+        Gpus::with_indices(
+            BackendKind::Nvml,
+            Vec::new(),
+            Vec::new(),
+            Arc::new(SystemClock),
+        )
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if enabled.contains(&Group::GpuControl) && gpus.backend() == BackendKind::Nvml && !root {
+        return Err(
+            "API group gpu-control needs root (NVML refuses power-limit and clock changes \
+             otherwise): run as root, or serve only reads with --enable gpu-read,cpu-read"
+                .into(),
+        );
+    }
+    let cpus = if enabled.contains(&Group::CpuRead) {
+        match CpuState::open() {
+            Ok(c) => c,
+            Err(e) if explicit.is_none() => {
+                eprintln!(
+                    "zeusd: serving no CPUs (RAPL is missing; /cpu/* answer 400 saying so): {e}"
+                );
+                CpuState::Missing(e)
+            }
+            Err(e) => return Err(format!("--enable cpu-read, but {e}")),
+        }
+    } else {
+        CpuState::Off
+    };
+    let journal = match &args.state_dir {
+        Some(d) => Journal::at(d),
+        None => Journal::default_location(),
+    };
+    let clients = Clients::new(
+        gpus.clone(),
+        journal.clone(),
+        Duration::from_secs_f64(args.tcp_lease_seconds),
+    );
+    if enabled.contains(&Group::GpuControl) {
+        // Entries whose holders all died (clients of a daemon that was SIGKILLed, or the
+        // daemon itself) are restored; those of clients still running are adopted.
+        let report = restore_stale(&journal, &gpus, false);
+        for r in &report.restored {
+            eprintln!("zeusd: startup restore: {r}");
+        }
+        for f in &report.failed {
+            eprintln!("zeusd: startup restore failed: {f}");
+        }
+        for line in clients.adopt() {
+            eprintln!("zeusd: startup: {line}");
+        }
+    }
+    Ok(App {
+        clients,
+        gpus,
+        cpus,
+        enabled,
+        signer,
+        gpu_stream_period: period(args.gpu_stream_hz),
+        cpu_stream_period: period(args.cpu_stream_hz),
+        stopping,
+    })
+}
+
+fn prepare_socket(args: &ServeArgs) -> Result<UnixListener, String> {
+    let path: &Path = &args.socket_path;
+    let ctx = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(ctx("cannot remove the old socket", e)),
+    }
+    let l = UnixListener::bind(path).map_err(|e| ctx("cannot listen on", e))?;
+    if args.socket_uid.is_some() || args.socket_gid.is_some() {
+        std::os::unix::fs::chown(path, args.socket_uid, args.socket_gid)
+            .map_err(|e| ctx("cannot chown (--socket-uid/--socket-gid)", e))?;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        path,
+        std::fs::Permissions::from_mode(args.socket_permissions),
+    )
+    .map_err(|e| ctx("cannot chmod (--socket-permissions)", e))?;
+    Ok(l)
+}
+
+/// Resolves at SIGTERM or SIGINT with the signal's name.
+async fn stop_signal() -> &'static str {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = Arc::new(build(&args, stop_rx)?);
+    let groups: Vec<&str> = app.enabled.iter().map(|g| g.name()).collect();
+    let routes = router(app.clone());
+    let watcher_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let app = app.clone();
+        let stop = watcher_stop.clone();
+        std::thread::Builder::new()
+            .name("zeusd-watcher".into())
+            .spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(WATCH_PERIOD);
+                    for line in app.clients.reap() {
+                        eprintln!("zeusd: {line}");
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the client watcher: {e}"))?
+    };
+    // Installed before serving so an early signal is not lost.
+    let stop = stop_signal();
+    let stopped = Arc::new(tokio::sync::Notify::new());
+    let shutdown = {
+        let stopped = stopped.clone();
+        async move {
+            let sig = stop.await;
+            eprintln!("zeusd: {sig}: stopping");
+            let _ = stop_tx.send(true);
+            stopped.notify_one();
+        }
+    };
+    let auth = if app.signer.is_some() { "on" } else { "off" };
+    let served = match args.mode {
+        Mode::Tcp => {
+            let l = TcpListener::bind(&args.tcp_bind_address)
+                .await
+                .map_err(|e| format!("cannot listen on {}: {e}", args.tcp_bind_address))?;
+            eprintln!(
+                "zeusd: listening on {} (groups {groups:?}, auth {auth})",
+                args.tcp_bind_address
+            );
+            let server = axum::serve(l, routes.into_make_service_with_connect_info::<Peer>())
+                .with_graceful_shutdown(shutdown);
+            serve_with_grace(server.into_future(), stopped).await
+        }
+        Mode::Uds => {
+            let l = prepare_socket(&args)?;
+            eprintln!(
+                "zeusd: listening on {} (groups {groups:?}, auth {auth})",
+                args.socket_path.display()
+            );
+            let server = axum::serve(l, routes.into_make_service_with_connect_info::<Peer>())
+                .with_graceful_shutdown(shutdown);
+            serve_with_grace(server.into_future(), stopped).await
+        }
+    };
+    watcher_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
+    for line in app.clients.release_all() {
+        eprintln!("zeusd: {line}");
+    }
+    if args.mode == Mode::Uds {
+        let _ = std::fs::remove_file(&args.socket_path);
+    }
+    served.map_err(|e| format!("serving: {e}"))
+}
+
+/// Run the server; after the stop signal, give requests in flight [`GRACE`] to finish.
+async fn serve_with_grace(
+    server: impl std::future::Future<Output = std::io::Result<()>>,
+    stopped: Arc<tokio::sync::Notify>,
+) -> std::io::Result<()> {
+    tokio::select! {
+        r = server => r,
+        _ = async { stopped.notified().await; tokio::time::sleep(GRACE).await } => {
+            eprintln!("zeusd: requests still open after {GRACE:?}; exiting anyway");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Server-sent power streams: `/gpu/stream_power` (one event per GPU sample) and
+//! `/cpu/stream_power` (one event per package sample).
+//!
+//! Each connection has its own timer, polled only while the response body is being read:
+//! when the client goes away hyper drops the body and with it the timer, so nothing samples
+//! for nobody. Streams end at daemon shutdown so graceful shutdown is not held up.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use serde_json::json;
+use tokio::sync::watch;
+use tokio::time::MissedTickBehavior;
+
+use crate::app::{now_ms, Params, Shared};
+use crate::gpu::power_mw;
+
+/// Every `period`, `sample()`'s events, one by one; ends when `stop` turns true.
+fn poll_stream<F>(
+    stop: watch::Receiver<bool>,
+    period: Duration,
+    sample: F,
+) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static
+where
+    F: FnMut() -> Vec<Event> + Send + 'static,
+{
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let state = (interval, stop, sample, VecDeque::new());
+    stream::unfold(
+        state,
+        |(mut interval, mut stop, mut sample, mut pending)| async move {
+            loop {
+                if let Some(e) = pending.pop_front() {
+                    return Some((Ok(e), (interval, stop, sample, pending)));
+                }
+                if *stop.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    _ = interval.tick() => pending.extend(sample()),
+                    r = stop.changed() => if r.is_err() || *stop.borrow() { return None },
+                }
+            }
+        },
+    )
+}
+
+fn sse(s: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    Sse::new(s).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// `GET /gpu/stream_power[?gpu_ids=..]`: `data: {"timestamp_ms", "gpu_id", "power_mw"}`.
+pub async fn gpu_stream_power(State(app): State<Shared>, params: Params) -> Response {
+    let ids = match params.ids("gpu_ids", app.gpus.len(), false) {
+        Ok(ids) => ids,
+        Err(e) => return e.into_response(),
+    };
+    let stop = app.stopping.clone();
+    let period = app.gpu_stream_period;
+    sse(poll_stream(stop, period, move || {
+        let t = now_ms();
+        ids.iter()
+            .map(
+                |&i| match app.gpus.device(i).and_then(|d| power_mw(d.as_ref())) {
+                    Ok(mw) => Event::default()
+                        .data(json!({"timestamp_ms": t, "gpu_id": i, "power_mw": mw}).to_string()),
+                    Err(e) => Event::default().event("error").data(
+                        json!({"timestamp_ms": t, "gpu_id": i, "error": e.to_string()}).to_string(),
+                    ),
+                },
+            )
+            .collect()
+    }))
+}
+
+/// `GET /cpu/stream_power[?cpu_ids=..]`: `data: {"timestamp_ms", "cpu_id", "cpu_mw",
+/// "dram_mw"}`, power between this sample's reads and the previous one's (the first sample
+/// uses the zone's observed power, or waits for the second).
+pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Response {
+    let ids = match crate::cpu::chosen(&app, &params) {
+        Ok(ids) => ids,
+        Err(e) => return e.into_response(),
+    };
+    let stop = app.stopping.clone();
+    let period = app.cpu_stream_period;
+    let mut prev: Vec<Option<(Instant, f64, Option<f64>)>> = vec![None; ids.len()];
+    sse(poll_stream(stop, period, move || {
+        let Ok(cpus) = app.cpus.cpus() else {
+            return Vec::new();
+        };
+        let t = now_ms();
+        let mut out = Vec::new();
+        for (k, &i) in ids.iter().enumerate() {
+            let read = cpus.package(i).and_then(|p| {
+                let pkg = p.package.energy_j()?;
+                let dram = p.dram.as_ref().map(|z| z.energy_j()).transpose()?;
+                Ok((p, pkg, dram))
+            });
+            let (p, pkg, dram) = match read {
+                Ok(r) => r,
+                Err(e) => {
+                    out.push(Event::default().event("error").data(
+                        json!({"timestamp_ms": t, "cpu_id": i, "error": e.to_string()}).to_string(),
+                    ));
+                    continue;
+                }
+            };
+            let now = Instant::now();
+            let power = match prev[k] {
+                Some((t0, pkg0, dram0)) => {
+                    let dt = now.duration_since(t0).as_secs_f64().max(1e-6);
+                    let d = match (dram, dram0) {
+                        (Some(a), Some(b)) => Some((a - b).max(0.0) / dt),
+                        _ => None,
+                    };
+                    Some(((pkg - pkg0).max(0.0) / dt, d))
+                }
+                None => p
+                    .package
+                    .observed_power_w()
+                    .map(|w| (w, p.dram.as_ref().and_then(|z| z.observed_power_w()))),
+            };
+            prev[k] = Some((now, pkg, dram));
+            if let Some((cpu_w, dram_w)) = power {
+                out.push(
+                    Event::default().data(
+                        json!({
+                            "timestamp_ms": t,
+                            "cpu_id": i,
+                            "cpu_mw": (cpu_w * 1000.0).round() as u64,
+                            "dram_mw": dram_w.map(|w| (w * 1000.0).round() as u64),
+                        })
+                        .to_string(),
+                    ),
+                );
+            }
+        }
+        out
+    }))
+}

@@ -1,0 +1,444 @@
+"""A client of zeusd, the privileged GPU daemon, and the switch that routes GPU writes to it.
+
+Changing a GPU's power limit, locked clocks or persistence mode needs root (SYS_ADMIN); reading
+them does not. With zeusd running as root on the node, an unprivileged process sets one of
+
+- `ZEUSD_SOCK_PATH=/run/zeusd/zeusd.sock` (the daemon's Unix socket), or
+- `ZEUSD_HOST_PORT=host:port` (the daemon in `--mode tcp`; `host` alone means port 4938),
+
+and `zeus.device.get_gpus()` sends every GPU *write* to the daemon while reads stay direct
+(NVML, in process: no round trip on the measurement path). `ZEUSD_TOKEN`, when set, is sent as
+`Authorization: Bearer <token>`. Setting both address variables is an error (the reference
+silently prefers the socket; a job that sets both was most likely configured twice, and
+guessing which one was meant can send writes to the wrong node's daemon). An empty variable
+counts as unset.
+
+Nothing connects until the first write, so a process that only measures never notices a
+stopped daemon; a malformed variable is reported at once, when `get_gpus()` builds the GPUs.
+
+With the daemon, the *daemon* journals the original settings and restores them (see
+`zeus.device.settings`): the client keeps no journal of its own. `httpx` is a base dependency
+because the switch is made by the environment (often by whoever runs the node), not by the
+code: an extra the user never chose would fail at the first write, in the middle of a job.
+It is imported on first use, so `import zeus` does not pay for it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from zeus.device.exception import (
+    ZeusBaseGPUError,
+    ZeusdConfigError,
+    ZeusdConnectionError,
+    ZeusdError,
+    ZeusGPUInvalidArgError,
+    ZeusGPUNoPermissionError,
+    ZeusGPUNotSupportedError,
+    ZeusGPUUnknownError,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DEFAULT_TCP_PORT", "ZeusdClient", "ZeusdConfig"]
+
+DEFAULT_TCP_PORT = 4938
+"""The port zeusd listens on in `--mode tcp` by convention (used when `ZEUSD_HOST_PORT` has
+no port)."""
+
+SOCK_VAR = "ZEUSD_SOCK_PATH"
+HOST_PORT_VAR = "ZEUSD_HOST_PORT"
+TOKEN_VAR = "ZEUSD_TOKEN"
+
+
+def _env(environ: Mapping[str, str], name: str) -> Optional[str]:
+    value = environ.get(name)
+    return value if value else None
+
+
+def _parse_host_port(value: str) -> tuple[str, int]:
+    """`host:port`, `host`, `[v6]:port` or `[v6]` from `ZEUSD_HOST_PORT`; errors name it."""
+
+    def bad(why: str) -> ZeusdConfigError:
+        return ZeusdConfigError(
+            f"{HOST_PORT_VAR}={value!r}: {why}; expected host:port (for example "
+            f"localhost:{DEFAULT_TCP_PORT}) or a host alone (port {DEFAULT_TCP_PORT})"
+        )
+
+    text = value.strip()
+    if "://" in text or "/" in text:
+        raise bad("a host and a port, not a URL")
+    if any(c.isspace() for c in text):
+        raise bad("contains whitespace")
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise bad("unclosed '['")
+        host, rest = text[1:end], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise bad(f"unexpected {rest!r} after the IPv6 address")
+        port_text: Optional[str] = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise bad("an IPv6 address needs brackets, as in [::1]:4938")
+    elif ":" in text:
+        host, port_text = text.split(":", 1)
+    else:
+        host, port_text = text, None
+    if not host:
+        raise bad("no host")
+    if port_text is None:
+        return host, DEFAULT_TCP_PORT
+    if not port_text.isdigit():
+        raise bad(f"port {port_text!r} is not a number")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise bad(f"port {port} is outside 1-65535")
+    return host, port
+
+
+@dataclass(frozen=True)
+class ZeusdConfig:
+    """Where zeusd listens (a Unix socket or a TCP address) and the token to send.
+
+    Attributes:
+        socket_path: The daemon's Unix socket, or None for TCP.
+        host: The daemon's host (TCP), or None.
+        port: The daemon's port (TCP), or None.
+        token: Bearer token (`ZEUSD_TOKEN`), or None.
+
+    """
+
+    socket_path: Optional[str] = None
+    host: Optional[str] = None
+    port: Optional[int] = None
+    token: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if (self.socket_path is None) == (self.host is None):
+            raise ValueError("ZeusdConfig needs exactly one of socket_path and host")
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdConfig]:
+        """The configuration in the environment, or None when no daemon is configured.
+
+        Raises:
+            ZeusdConfigError: both `ZEUSD_SOCK_PATH` and `ZEUSD_HOST_PORT` are set, or
+                `ZEUSD_HOST_PORT` is malformed (the message names the variable).
+
+        """
+        env = os.environ if environ is None else environ
+        sock = _env(env, SOCK_VAR)
+        host_port = _env(env, HOST_PORT_VAR)
+        token = _env(env, TOKEN_VAR)
+        if sock is not None and host_port is not None:
+            raise ZeusdConfigError(
+                f"Both {SOCK_VAR}={sock!r} and {HOST_PORT_VAR}={host_port!r} are set; set only "
+                f"one: {SOCK_VAR} for zeusd on this node's Unix socket, {HOST_PORT_VAR} for "
+                "zeusd over TCP."
+            )
+        if sock is not None:
+            return cls(socket_path=sock, token=token)
+        if host_port is not None:
+            host, port = _parse_host_port(host_port)
+            return cls(host=host, port=port, token=token)
+        return None
+
+    @property
+    def variable(self) -> str:
+        """The environment variable this kind of address comes from."""
+        return SOCK_VAR if self.socket_path is not None else HOST_PORT_VAR
+
+    @property
+    def endpoint(self) -> str:
+        """The address for messages: the socket path or `host:port`."""
+        if self.socket_path is not None:
+            return self.socket_path
+        host = f"[{self.host}]" if self.host is not None and ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The URL prefix of requests (over a socket the host part is only a placeholder)."""
+        if self.socket_path is not None:
+            return "http://zeusd"
+        return f"http://{self.endpoint}"
+
+    def __repr__(self) -> str:
+        # Never print the token.
+        token = ", token=<set>" if self.token is not None else ""
+        return f"ZeusdConfig({self.variable}={self.endpoint!r}{token})"
+
+
+def _ids(gpu_ids: Iterable[int]) -> str:
+    ids = [int(i) for i in gpu_ids]
+    if not ids:
+        raise ZeusGPUInvalidArgError("no GPU index given")
+    return ",".join(str(i) for i in ids)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class ZeusdClient:
+    """Calls zeusd's HTTP API (the reference's paths, parameters and JSON shapes).
+
+    GPU indices here are the daemon's (NVML indices on the node, not renumbered by the
+    caller's `CUDA_VISIBLE_DEVICES`); `zeus.device.GPUs` translates its own indices. Errors map
+    to the GPU exceptions: HTTP 400 `ZeusGPUInvalidArgError`, 401 and 403
+    `ZeusGPUNoPermissionError`, 404 `ZeusGPUNotSupportedError` (the API group is disabled or
+    the daemon is older), anything else `ZeusGPUUnknownError`; the daemon not answering
+    `ZeusdConnectionError`. Safe to share between threads.
+
+    Args:
+        config: Where the daemon listens and the token.
+        timeout: Seconds to wait for a reply (a blocking write can take a while on a busy GPU).
+
+    """
+
+    def __init__(self, config: ZeusdConfig, timeout: float = 30.0) -> None:
+        self.config = config
+        self.timeout = timeout
+        self._client: Optional[httpx.Client] = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdClient]:
+        """A client of the daemon the environment names, or None (see `ZeusdConfig.from_env`)."""
+        config = ZeusdConfig.from_env(environ)
+        return cls(config) if config is not None else None
+
+    @property
+    def endpoint(self) -> str:
+        """The daemon's socket path or `host:port`."""
+        return self.config.endpoint
+
+    def __repr__(self) -> str:
+        return f"ZeusdClient({self.config!r})"
+
+    def close(self) -> None:
+        """Close the connection (a later call opens a new one)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    # Endpoints that read.
+
+    def discover(self) -> dict[str, Any]:
+        """`GET /discover`: GPUs, CPUs, enabled API groups, whether auth is required."""
+        return dict(self._request("GET", "/discover"))
+
+    def time(self) -> float:
+        """`GET /time`: the daemon's clock, UNIX seconds."""
+        return float(self._request("GET", "/time")["timestamp_ms"]) / 1000.0
+
+    def get_power_limit(self, gpu_ids: Optional[Iterable[int]] = None) -> dict[int, int]:
+        """`GET /gpu/get_power_limit`: power limit per GPU, mW."""
+        data = self._request("GET", "/gpu/get_power_limit", self._read_ids(gpu_ids))
+        return {int(k): int(v["power_limit_mw"]) for k, v in data.items()}
+
+    def get_power_limit_constraints(
+        self, gpu_ids: Optional[Iterable[int]] = None
+    ) -> dict[int, tuple[int, int]]:
+        """`GET /gpu/get_power_limit_constraints`: (min, max) power limit per GPU, mW."""
+        data = self._request("GET", "/gpu/get_power_limit_constraints", self._read_ids(gpu_ids))
+        return {
+            int(k): (int(v["min_power_limit_mw"]), int(v["max_power_limit_mw"]))
+            for k, v in data.items()
+        }
+
+    def get_power(self, gpu_ids: Optional[Iterable[int]] = None) -> tuple[float, dict[int, int]]:
+        """`GET /gpu/get_power`: (UNIX seconds, power per GPU in mW)."""
+        data = self._request("GET", "/gpu/get_power", self._read_ids(gpu_ids))
+        power = {int(k): int(v) for k, v in data["power_mw"].items()}
+        return float(data["timestamp_ms"]) / 1000.0, power
+
+    def get_cumulative_energy(self, gpu_ids: Optional[Iterable[int]] = None) -> dict[int, int]:
+        """`GET /gpu/get_cumulative_energy`: energy counter per GPU, mJ."""
+        data = self._request("GET", "/gpu/get_cumulative_energy", self._read_ids(gpu_ids))
+        return {int(k): int(v["energy_mj"]) for k, v in data.items()}
+
+    def get_persistence_mode(self, gpu_ids: Optional[Iterable[int]] = None) -> dict[int, bool]:
+        """`GET /gpu/get_persistence_mode`: persistence mode per GPU."""
+        data = self._request("GET", "/gpu/get_persistence_mode", self._read_ids(gpu_ids))
+        return {int(k): bool(v["enabled"]) for k, v in data.items()}
+
+    # Endpoints that write (root on the daemon's side).
+
+    def set_power_limit(
+        self, gpu_ids: Iterable[int], power_limit_mw: int, block: bool = True
+    ) -> None:
+        """`POST /gpu/set_power_limit`."""
+        self._write("/gpu/set_power_limit", gpu_ids, block, power_limit_mw=str(int(power_limit_mw)))
+
+    def set_persistence_mode(
+        self, gpu_ids: Iterable[int], enabled: bool, block: bool = True
+    ) -> None:
+        """`POST /gpu/set_persistence_mode`."""
+        self._write("/gpu/set_persistence_mode", gpu_ids, block, enabled=_flag(enabled))
+
+    def set_gpu_locked_clocks(
+        self, gpu_ids: Iterable[int], min_clock_mhz: int, max_clock_mhz: int, block: bool = True
+    ) -> None:
+        """`POST /gpu/set_gpu_locked_clocks` (graphics clock range, MHz)."""
+        self._write(
+            "/gpu/set_gpu_locked_clocks",
+            gpu_ids,
+            block,
+            min_clock_mhz=str(int(min_clock_mhz)),
+            max_clock_mhz=str(int(max_clock_mhz)),
+        )
+
+    def reset_gpu_locked_clocks(self, gpu_ids: Iterable[int], block: bool = True) -> None:
+        """`POST /gpu/reset_gpu_locked_clocks`."""
+        self._write("/gpu/reset_gpu_locked_clocks", gpu_ids, block)
+
+    def set_mem_locked_clocks(
+        self, gpu_ids: Iterable[int], min_clock_mhz: int, max_clock_mhz: int, block: bool = True
+    ) -> None:
+        """`POST /gpu/set_mem_locked_clocks` (memory clock range, MHz)."""
+        self._write(
+            "/gpu/set_mem_locked_clocks",
+            gpu_ids,
+            block,
+            min_clock_mhz=str(int(min_clock_mhz)),
+            max_clock_mhz=str(int(max_clock_mhz)),
+        )
+
+    def reset_mem_locked_clocks(self, gpu_ids: Iterable[int], block: bool = True) -> None:
+        """`POST /gpu/reset_mem_locked_clocks`."""
+        self._write("/gpu/reset_mem_locked_clocks", gpu_ids, block)
+
+    def reset_locked_clocks(self, gpu_ids: Iterable[int], block: bool = True) -> None:
+        """`POST /gpu/reset_locked_clocks` (graphics and memory)."""
+        self._write("/gpu/reset_locked_clocks", gpu_ids, block)
+
+    # Plumbing.
+
+    @staticmethod
+    def _read_ids(gpu_ids: Optional[Iterable[int]]) -> dict[str, str]:
+        return {} if gpu_ids is None else {"gpu_ids": _ids(gpu_ids)}
+
+    def _write(self, path: str, gpu_ids: Iterable[int], block: bool, **params: str) -> None:
+        self._request("POST", path, {"gpu_ids": _ids(gpu_ids), **params, "block": _flag(block)})
+
+    def _http(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                try:
+                    import httpx
+                except ImportError as e:  # pragma: no cover  (a base dependency)
+                    raise ZeusdError(
+                        f"{self.config.variable} is set, so GPU writes go through zeusd, which "
+                        "needs the httpx package: pip install httpx (or reinstall zeus-energy "
+                        "with its dependencies)"
+                    ) from e
+                headers = {}
+                if self.config.token is not None:
+                    headers["Authorization"] = f"Bearer {self.config.token}"
+                transport = (
+                    httpx.HTTPTransport(uds=self.config.socket_path)
+                    if self.config.socket_path is not None
+                    else None
+                )
+                # trust_env=False: an HTTP(S)_PROXY meant for the internet must not carry the
+                # daemon's requests (nor its token) through a proxy.
+                self._client = httpx.Client(
+                    base_url=self.config.base_url,
+                    headers=headers,
+                    transport=transport,
+                    timeout=httpx.Timeout(self.timeout, connect=5.0),
+                    trust_env=False,
+                )
+            return self._client
+
+    def _unreachable(self, method: str, path: str, exc: Exception) -> ZeusdConnectionError:
+        """The error for a daemon that does not answer: what is wrong with the address."""
+        import httpx
+
+        where = f"{self.config.variable}={self.endpoint}"
+        hint = ""
+        if self.config.socket_path is not None:
+            sock = self.config.socket_path
+            try:
+                mode = os.stat(sock).st_mode
+            except FileNotFoundError:
+                hint = f"no such file: {sock}; "
+            except OSError as e:
+                hint = f"cannot stat {sock}: {e.strerror}; "
+            else:
+                if not stat.S_ISSOCK(mode):
+                    hint = f"{sock} is not a socket; "
+                elif not os.access(sock, os.R_OK | os.W_OK):
+                    hint = f"{sock} is not writable by this user (see zeusd --socket-permissions); "
+            start = f"zeusd serve --mode uds --socket-path {sock}"
+        else:
+            start = f"zeusd serve --mode tcp --tcp-bind-address {self.endpoint}"
+        if isinstance(exc, httpx.TimeoutException):
+            what = f"zeusd at {where} did not answer {method} {path} within {self.timeout:g} s"
+        else:
+            what = f"Cannot reach zeusd at {where} ({hint}{type(exc).__name__}: {exc})"
+        return ZeusdConnectionError(
+            f"{what}. GPU writes go through zeusd because {self.config.variable} is set: zeusd "
+            f"must be running as root there (for example `{start}`), or unset "
+            f"{self.config.variable} to write directly (which needs root)."
+        )
+
+    def _request(self, method: str, path: str, params: Optional[dict[str, str]] = None) -> Any:
+        import httpx
+
+        client = self._http()
+        try:
+            resp = client.request(method, path, params=params)
+        except httpx.TransportError as e:
+            raise self._unreachable(method, path, e) from None
+        if resp.status_code == 200:
+            if not resp.content:
+                return None
+            try:
+                return resp.json()
+            except ValueError:
+                raise ZeusdError(
+                    f"zeusd at {self.endpoint}: {method} {path} replied with non-JSON: "
+                    f"{resp.text[:200]!r}"
+                ) from None
+        raise self._status_error(method, path, resp)
+
+    def _status_error(self, method: str, path: str, resp: httpx.Response) -> ZeusBaseGPUError:
+        code = resp.status_code
+        detail = resp.text.strip()
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            if isinstance(body.get("errors"), dict):
+                detail = "; ".join(f"daemon GPU {k}: {v}" for k, v in body["errors"].items())
+            elif "error" in body:
+                detail = str(body["error"])
+        head = f"zeusd at {self.endpoint}: {method} {path} failed (HTTP {code})"
+        message = f"{head}: {detail}" if detail else head
+        if code == 400:
+            return ZeusGPUInvalidArgError(message)
+        if code == 401:
+            why = (
+                f"the daemon requires a token and {TOKEN_VAR} is not set"
+                if self.config.token is None
+                else f"the daemon rejected the token in {TOKEN_VAR}"
+            )
+            return ZeusGPUNoPermissionError(f"{message} ({why})")
+        if code == 403:
+            return ZeusGPUNoPermissionError(message)
+        if code == 404:
+            return ZeusGPUNotSupportedError(
+                f"{message} (the daemon does not serve it: its API group is not enabled "
+                "(zeusd serve --enable) or the daemon predates the endpoint)"
+            )
+        return ZeusGPUUnknownError(message)

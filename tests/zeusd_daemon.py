@@ -1,0 +1,120 @@
+"""A real `zeusd` for tests: find the binary, run it as root on simulated GPUs, talk to it.
+
+The daemon runs on the simulated GPUs `models`, shared through `ZEUS_SIM_SHARED` at
+`tmp_path / "sim.state"` (`SIM_STATE`), so a client process opening the simulated GPUs with the
+same file sees the same devices, as processes share a real GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SIM_STATE = "sim.state"
+
+
+def zeusd_bin() -> Path:
+    """`ZEUSD_BIN`, else `target/debug/zeusd` or `target/release/zeusd`; skip when none exists."""
+    env = os.environ.get("ZEUSD_BIN")
+    if env:
+        if not Path(env).is_file():
+            pytest.fail(f"ZEUSD_BIN={env} is not a file")
+        return Path(env)
+    for profile in ("debug", "release"):
+        path = REPO / "target" / profile / "zeusd"
+        if path.is_file():
+            return path
+    pytest.skip(
+        "no zeusd binary: set ZEUSD_BIN, or build it (cargo build -p zeusd) so that "
+        "target/debug/zeusd or target/release/zeusd exists"
+    )
+
+
+@dataclass
+class Daemon:
+    """A running zeusd and a raw HTTP client to check what it did."""
+
+    proc: subprocess.Popen[bytes]
+    env: dict[str, str]  # ZEUSD_SOCK_PATH or ZEUSD_HOST_PORT, for a client
+    http: httpx.Client
+    state_dir: Path
+    log_path: Path
+
+    def power_limits(self) -> dict[int, int]:
+        """The daemon's own `GET /gpu/get_power_limit`, in mW by GPU index."""
+        r = self.http.get("/gpu/get_power_limit")
+        assert r.status_code == 200, r.text
+        return {int(k): v["power_limit_mw"] for k, v in r.json().items()}
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+
+@contextmanager
+def running_zeusd(
+    tmp_path: Path, models: str, mode: str = "uds", extra: tuple[str, ...] = ()
+) -> Iterator[Daemon]:
+    """Run zeusd as root over `--mode` `uds` or `tcp` until the block ends (then SIGTERM)."""
+    binary = zeusd_bin()
+    if os.geteuid() != 0:
+        pytest.skip("zeusd's gpu-control API group needs root; these tests run it as root")
+    state_dir = tmp_path / "daemon-state"
+    log_path = tmp_path / f"zeusd-{mode}.log"
+    args = [str(binary), "serve", "--mode", mode, "--state-dir", str(state_dir), *extra]
+    if mode == "uds":
+        sock = tmp_path / "zeusd.sock"
+        args += ["--socket-path", str(sock)]
+        client_env = {"ZEUSD_SOCK_PATH": str(sock)}
+        http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://zeusd", timeout=10
+        )
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        args += ["--tcp-bind-address", f"127.0.0.1:{port}"]
+        client_env = {"ZEUSD_HOST_PORT": f"127.0.0.1:{port}"}
+        http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZEUSD_", "ZEUS_SIM_"))}
+    env.update(
+        ZEUS_GPU_BACKEND="sim",
+        ZEUS_SIM_GPUS=models,
+        ZEUS_SIM_PRIVILEGED="1",
+        ZEUS_SIM_FIDELITY="ideal",
+        ZEUS_SIM_SHARED=str(tmp_path / SIM_STATE),
+    )
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        daemon = Daemon(proc, client_env, http, state_dir, log_path)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(f"zeusd exited ({proc.returncode}):\n{daemon.log()}")
+                try:
+                    if http.get("/discover").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"zeusd did not answer within 20 s:\n{daemon.log()}")
+                time.sleep(0.05)
+            yield daemon
+        finally:
+            http.close()
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
