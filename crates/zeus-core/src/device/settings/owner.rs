@@ -6,6 +6,11 @@
 //! `/proc/<pid>/stat`, in clock ticks since boot) tells the two apart, and the boot id
 //! (`/proc/sys/kernel/random/boot_id`) tells apart processes of different boots, whose start
 //! times are counted from different origins.
+//!
+//! A process that has exited but whose parent has not yet waited for it (a zombie) still has
+//! its pid and start time; it holds nothing any more and never runs again, so it counts as
+//! gone (field 3, the state, is `Z` or `X`): a job killed under a launcher that reaps its
+//! children late gets its settings back now, not when the launcher gets round to it.
 
 use std::fs;
 use std::io;
@@ -42,9 +47,13 @@ impl Owner {
         if !pid_exists(pid) {
             return None;
         }
+        let stat = proc_stat(pid);
+        if stat.as_ref().is_some_and(ProcStat::exited) {
+            return None;
+        }
         Some(Owner {
             pid,
-            start_time: start_time(pid),
+            start_time: stat.and_then(|s| s.start_time),
             boot_id: boot_id(),
         })
     }
@@ -69,7 +78,11 @@ impl Owner {
         if !pid_exists(self.pid) {
             return false;
         }
-        match (self.start_time, start_time(self.pid)) {
+        let stat = proc_stat(self.pid);
+        if stat.as_ref().is_some_and(ProcStat::exited) {
+            return false;
+        }
+        match (self.start_time, stat.and_then(|s| s.start_time)) {
             (Some(recorded), Some(now)) => recorded == now,
             // The pid exists and nothing contradicts it being the owner.
             _ => true,
@@ -105,16 +118,38 @@ pub fn pid_exists(pid: u32) -> bool {
 
 /// Start time of process `pid` in clock ticks since boot, from `/proc/<pid>/stat`.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_start_time(&stat)
+    proc_stat(pid)?.start_time
 }
 
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may
-/// itself contain spaces and parentheses, so fields are counted after the last `)`.
-fn parse_start_time(stat: &str) -> Option<u64> {
+/// The fields of `/proc/<pid>/stat` that tell who a process is and whether it still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStat {
+    /// Field 3: `R`, `S`, `D`, ... or `Z` (zombie) and `X` (dead).
+    state: char,
+    /// Field 22, clock ticks since boot.
+    start_time: Option<u64>,
+}
+
+impl ProcStat {
+    /// The process has exited; only its entry in the process table is left.
+    fn exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Fields 3 and 22 of a `/proc/<pid>/stat` line. The command name (field 2) is in parentheses
+/// and may itself contain spaces and parentheses, so fields are counted after the last `)`.
+fn parse_stat(stat: &str) -> Option<ProcStat> {
     let after = &stat[stat.rfind(')')? + 1..];
-    // After the name come field 3 (state) onwards; field 22 is the 20th of those.
-    after.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = after.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Field 22 is the 19th after the state.
+    let start_time = fields.nth(18).and_then(|f| f.parse().ok());
+    Some(ProcStat { state, start_time })
 }
 
 /// This boot's id; the same for every process of one boot.
@@ -138,8 +173,35 @@ mod tests {
     fn start_time_is_field_22_even_with_parentheses_in_the_name() {
         let stat = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
                     1000 200 18446744073709551615";
-        assert_eq!(parse_start_time(stat), Some(987654));
-        assert_eq!(parse_start_time("garbage"), None);
+        assert_eq!(
+            parse_stat(stat),
+            Some(ProcStat {
+                state: 'S',
+                start_time: Some(987654)
+            })
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert!(parse_stat("7 (x) Z 1 7").unwrap().exited());
+    }
+
+    #[test]
+    fn an_exited_child_not_yet_waited_for_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let owner = Owner::of_pid(child.id()).expect("running");
+        assert!(owner.is_alive());
+        child.kill().unwrap();
+        // Not waited for: a zombie keeps its pid and start time until then.
+        let t0 = std::time::Instant::now();
+        while owner.is_alive() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(pid_exists(child.id()), "still in the process table");
+        assert!(!owner.is_alive(), "a zombie holds nothing");
+        assert!(Owner::of_pid(child.id()).is_none());
+        child.wait().unwrap();
     }
 
     #[test]
