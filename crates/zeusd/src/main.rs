@@ -24,6 +24,7 @@ mod app;
 mod auth;
 mod cli;
 mod cpu;
+mod exits;
 mod gpu;
 mod owners;
 mod peer;

@@ -3,9 +3,11 @@
 //!
 //! - A Unix-socket client is a process ([`Owner`]: pid from `SO_PEERCRED`, start time, boot).
 //!   Its writes go through a [`SettingsGuard`] acting on its behalf, so the journal lists the
-//!   client itself as the holder. The watcher ([`Clients::reap`], every [`WATCH_PERIOD`])
-//!   notices a client that has exited (a reused pid has another start time and does not count)
-//!   and releases its holds: the original comes back unless another live holder remains.
+//!   client itself as the holder. The watcher ([`Clients::reap`]) notices a client that has
+//!   exited, woken by the client's pidfd ([`crate::exits`]) or at the latest after a
+//!   [`WATCH_PERIOD`] (a reused pid has another start time and does not count; an exited
+//!   process its parent has not waited for counts as gone), and releases its holds: the
+//!   original comes back unless another live holder remains.
 //! - A client without a pid (TCP) holds through a lease keyed by [`lease_key`]: the journal
 //!   lists the daemon as holder, and the lease's lapse counts as the client's exit. Any request
 //!   of the client renews it, and so does `POST /client/renew_lease`.
@@ -16,7 +18,8 @@
 //!   its settings restored when it exits, as if this daemon had made them.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
@@ -24,6 +27,7 @@ use serde_json::{json, Value};
 use zeus_core::device::settings::{Journal, Kind, Owner, Released, SettingsError, SettingsGuard};
 use zeus_core::device::{GpuError, Gpus};
 
+use crate::exits::{Bell, Woken};
 use crate::gpu::{gpu_status, Write};
 use crate::peer::{Caller, Peer};
 
@@ -117,6 +121,8 @@ struct Client {
     holds: HashMap<(usize, Kind), Held>,
     /// Lease clients only: when the lease lapses.
     expires: Option<Instant>,
+    /// Process clients: a pidfd that wakes the watcher when the process exits.
+    exit: Option<Arc<OwnedFd>>,
 }
 
 impl Client {
@@ -183,6 +189,8 @@ pub struct Clients {
     journal: Journal,
     lease: Duration,
     state: Mutex<HashMap<ClientKey, Client>>,
+    /// Rung when a process client is added, so the watcher waits on its pidfd too.
+    bell: Bell,
 }
 
 impl Clients {
@@ -192,6 +200,7 @@ impl Clients {
             journal,
             lease,
             state: Mutex::new(HashMap::new()),
+            bell: Bell::new(),
         }
     }
 
@@ -255,6 +264,7 @@ impl Clients {
 
     fn client<'a>(&self, st: &'a mut HashMap<ClientKey, Client>, r: &Requester) -> &'a mut Client {
         let lease = self.lease;
+        let bell = &self.bell;
         st.entry(r.key.clone()).or_insert_with(|| {
             let owner = match &r.key {
                 ClientKey::Process(o) => o.clone(),
@@ -268,6 +278,14 @@ impl Clients {
                 expires: match r.key {
                     ClientKey::Lease(_) => Some(Instant::now() + lease),
                     ClientKey::Process(_) => None,
+                },
+                exit: match &r.key {
+                    ClientKey::Process(o) => {
+                        let fd = crate::exits::pidfd(o);
+                        bell.ring();
+                        fd
+                    }
+                    ClientKey::Lease(_) => None,
                 },
             }
         })
@@ -553,6 +571,16 @@ impl Clients {
             }
         }
         lines
+    }
+
+    /// Wait until a process client exits (its pidfd), a new one arrives, or `timeout` passes.
+    pub fn wait(&self, timeout: Duration) -> Woken {
+        let fds: Vec<Arc<OwnedFd>> = self
+            .lock()
+            .values()
+            .filter_map(|c| c.exit.clone())
+            .collect();
+        crate::exits::wait_any(&self.bell, &fds, timeout)
     }
 
     /// Release the holds of every client that is gone (process exited, lease lapsed).

@@ -156,7 +156,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             .name("zeusd-watcher".into())
             .spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::thread::sleep(WATCH_PERIOD);
+                    // Wakes at once when a client process exits or a new one arrives (whose
+                    // pidfd the next wait adds), else after a round (leases; kernels without
+                    // pidfds).
+                    if app.clients.wait(WATCH_PERIOD) == crate::exits::Woken::Exit {
+                        // The exited client is removed below; should one stay listed, this
+                        // keeps the loop from spinning on its readable pidfd.
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
                     for line in app.clients.reap() {
                         eprintln!("zeusd: {line}");
                     }
