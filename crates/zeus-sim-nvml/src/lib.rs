@@ -472,13 +472,23 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
     })
 }
 
+/// The clock the simulated GPU runs at now (its power limit, locks and load).
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetClockInfo(
     device: Handle,
     kind: c_uint,
     clock: *mut c_uint,
 ) -> Ret {
-    nvmlDeviceGetMaxClockInfo(device, kind, clock)
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        let (graphics, memory) = d.current_clocks_mhz().map_err(code)?;
+        let v = match kind {
+            0 | 1 | 3 => graphics,
+            2 => memory,
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        write(clock, v)
+    })
 }
 
 // ---- power and energy ---------------------------------------------------------------------
@@ -705,13 +715,14 @@ fn c_chars<const N: usize>(s: &str) -> [c_char; N] {
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: Handle, pci: *mut PciInfo) -> Ret {
     guard(|| {
         let (_, d) = self::device(device)?;
-        // One GPU per bus, from bus 0x01 on.
-        let bus = d.index() as c_uint + 1;
-        let bus_id = format!("00000000:{bus:02X}:00.0");
+        let bus_id = d.pci_bus_id().map_err(code)?;
+        let bus = c_uint::from_str_radix(bus_id.split(':').nth(1).unwrap_or("0"), 16)
+            .map_err(|_| UNKNOWN)?;
         write(
             pci,
             PciInfo {
-                bus_id_legacy: c_chars(&format!("0000:{bus:02X}:00.0")),
+                // The legacy field has a 4-digit domain.
+                bus_id_legacy: c_chars(&bus_id[4..]),
                 domain: 0,
                 bus,
                 device: 0,

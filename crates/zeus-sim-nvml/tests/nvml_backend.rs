@@ -76,6 +76,27 @@ fn clocks_lists_survive_the_insufficient_size_retry() {
 }
 
 #[test]
+fn current_clocks_follow_locks_and_pci_ids_are_one_per_bus() {
+    let gpus = setup();
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(
+            g.pci_bus_id().unwrap(),
+            format!("00000000:{:02X}:00.0", i + 1)
+        );
+    }
+    // The V100 is busy at its default (maximum) power limit: full clocks.
+    let v100 = &gpus[1];
+    let mem = v100.supported_memory_clocks().unwrap();
+    let gfx = v100.supported_graphics_clocks(mem[0]).unwrap();
+    assert_eq!(v100.current_clocks_mhz().unwrap(), (gfx[0], mem[0]));
+    let locked = gfx[gfx.len() / 2];
+    v100.set_gpu_locked_clocks(locked, locked).unwrap();
+    assert_eq!(v100.current_clocks_mhz().unwrap(), (locked, mem[0]));
+    v100.reset_gpu_locked_clocks().unwrap();
+    assert_eq!(v100.current_clocks_mhz().unwrap().0, gfx[0]);
+}
+
+#[test]
 fn energy_counter_grows_and_p100_has_none() {
     let gpus = setup();
     let e0 = gpus[0].total_energy_consumption().unwrap();

@@ -274,8 +274,7 @@ async fn discover(State(app): State<Shared>) -> Json<Value> {
             json!({
                 "id": i,
                 "name": dev.and_then(|d| d.name().ok()).unwrap_or_default(),
-                // The Gpu trait has no PCI bus id yet.
-                "pci_address": Value::Null,
+                "pci_address": dev.and_then(|d| d.pci_bus_id().ok()),
                 "cumulative_energy_available":
                     dev.and_then(|d| d.supports_total_energy_consumption().ok()).unwrap_or(false),
             })

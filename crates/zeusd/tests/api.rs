@@ -21,7 +21,7 @@ fn discover_lists_groups_gpus_and_cpus() {
     let g = &v["gpus"][1];
     assert_eq!(g["id"], 1);
     assert!(g["name"].as_str().unwrap().contains("V100"), "{g}");
-    assert!(g.get("pci_address").is_some());
+    assert_eq!(g["pci_address"], "00000000:02:00.0", "{g}");
     assert_eq!(g["cumulative_energy_available"], true);
     assert_eq!(v["cpus"][0]["id"], 0);
     assert!(v["cpus"][0]["dram_available"].is_boolean());

@@ -107,6 +107,19 @@ pub trait Gpu: Send + Sync {
     fn power_update_period(&self) -> Option<f64> {
         None
     }
+    /// PCI bus id in NVML's form, `domain:bus:device.function` (`00000000:01:00.0`).
+    fn pci_bus_id(&self) -> GpuResult<String> {
+        Err(GpuError::NotSupported(
+            "PCI bus id: not supported by this backend".into(),
+        ))
+    }
+    /// Current graphics (SM) and memory clocks, MHz: what the GPU runs at now, under its power
+    /// limit and any locked range.
+    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
+        Err(GpuError::NotSupported(
+            "current clocks: not supported by this backend".into(),
+        ))
+    }
     /// GPU core temperature, °C.
     fn temperature_c(&self) -> GpuResult<u32> {
         Err(GpuError::NotSupported(

@@ -9,7 +9,7 @@
 use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::{DeviceArchitecture, GpuLockedClocksSetting};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
@@ -282,6 +282,21 @@ impl Gpu for NvmlGpu {
             self.device.total_energy_consumption(),
             "nvmlDeviceGetTotalEnergyConsumption"
         )
+    }
+    fn pci_bus_id(&self) -> GpuResult<String> {
+        Ok(call!(self.device.pci_info(), "nvmlDeviceGetPciInfo_v3")?.bus_id)
+    }
+    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
+        Ok((
+            call!(
+                self.device.clock_info(Clock::Graphics),
+                "nvmlDeviceGetClockInfo"
+            )?,
+            call!(
+                self.device.clock_info(Clock::Memory),
+                "nvmlDeviceGetClockInfo"
+            )?,
+        ))
     }
     fn temperature_c(&self) -> GpuResult<u32> {
         call!(

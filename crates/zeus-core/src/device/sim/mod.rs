@@ -734,6 +734,40 @@ impl Gpu for SimGpu {
     fn power_update_period(&self) -> Option<f64> {
         Some(self.preset.power_update_period_s)
     }
+    fn pci_bus_id(&self) -> GpuResult<String> {
+        // One GPU per bus, from bus 0x01 on.
+        Ok(format!("00000000:{:02X}:00.0", self.index + 1))
+    }
+    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
+        let busy = self.reading_busy();
+        let (gpu_locked, mem_locked, natural) = {
+            let s = self.state();
+            let natural = s.curve.natural_clock(f64::from(s.power_limit_mw) / 1000.0);
+            (s.gpu_locked, s.mem_locked, natural)
+        };
+        let p = self.preset;
+        let graphics = if busy {
+            // The clock the power limit lets it run at, at most a lock's maximum (the power
+            // limit wins over a lock's minimum, as in the busy steady state's model); reported
+            // as a supported clock, as the driver does.
+            let want = natural * f64::from(p.max_graphics_clock_mhz);
+            let want = gpu_locked.map_or(want, |(_, hi)| want.min(f64::from(hi)));
+            let (max, step) = (
+                f64::from(p.max_graphics_clock_mhz),
+                f64::from(p.graphics_clock_step_mhz.max(1)),
+            );
+            // The supported clocks are max - k * step (`Preset::graphics_clocks_mhz`); a hair
+            // of slack keeps an exact clock from rounding a step down.
+            let steps_down = ((max - want) / step - 1e-9).ceil().max(0.0);
+            ((max - steps_down * step).max(f64::from(p.min_graphics_clock_mhz))) as u32
+        } else {
+            // Idle clocks drop to the bottom of the range (a real H100 reads 345 MHz), or of
+            // the locked range.
+            gpu_locked.map_or(p.min_graphics_clock_mhz, |(lo, _)| lo)
+        };
+        let memory = mem_locked.map_or(p.memory_clocks_mhz[0], |(_, hi)| hi);
+        Ok((graphics, memory))
+    }
     fn temperature_c(&self) -> GpuResult<u32> {
         // Steady state of the power drawn (no thermal mass): 30 °C idle to 80 °C at the
         // maximum limit.
@@ -1082,6 +1116,38 @@ mod tests {
         let e = g.true_energy_j();
         c.clock.advance(1.0);
         assert!((g.true_energy_j() - e - 25.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn current_clocks_follow_load_power_limit_and_locks() {
+        let c = cluster(&["A40"]);
+        let g = &c.devices[0];
+        let p = g.preset();
+        let (min, max) = (p.min_graphics_clock_mhz, p.max_graphics_clock_mhz);
+        assert_eq!(g.current_clocks_mhz().unwrap(), (min, 7251), "idle");
+        g.set_load(Load::Busy);
+        assert_eq!(g.current_clocks_mhz().unwrap(), (max, 7251));
+        // Lower limits slow the clock, never speed it up, and every clock is a supported one.
+        let supported = p.graphics_clocks_mhz();
+        let mut last = max;
+        for w in (100..=300).rev().step_by(20) {
+            g.set_power_management_limit(w * 1000).unwrap();
+            let (f, _) = g.current_clocks_mhz().unwrap();
+            assert!(f <= last && supported.contains(&f), "{w} W: {f} MHz");
+            last = f;
+        }
+        assert!(last < max, "the lowest limit slows the clock: {last}");
+        g.reset_power_management_limit().unwrap();
+        g.set_gpu_locked_clocks(900, 1200).unwrap();
+        g.set_memory_locked_clocks(405, 810).unwrap();
+        assert_eq!(g.current_clocks_mhz().unwrap(), (1200, 810));
+        g.set_load(Load::Idle);
+        assert_eq!(
+            g.current_clocks_mhz().unwrap(),
+            (900, 810),
+            "idle at the lock's floor"
+        );
+        assert_eq!(g.pci_bus_id().unwrap(), "00000000:01:00.0");
     }
 
     #[test]

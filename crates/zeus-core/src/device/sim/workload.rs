@@ -430,6 +430,15 @@ impl WorkloadCurve {
     /// [`steady_state`](Self::steady_state) with the SM clock lock given as `Some(fraction)` of
     /// the maximum clock (a lock at the maximum is still a lock: measured workloads then follow
     /// their clock sweep, which was measured separately from the power-limit sweep).
+    /// The graphics clock a busy GPU settles at under power limit `pl_w` with no lock, as a
+    /// fraction of the maximum: the clock at which the compute-bound share of an epoch takes
+    /// the extra time the limit costs.
+    pub fn natural_clock(&self, pl_w: f64) -> f64 {
+        let (t_p, _) = self.at(pl_w);
+        let ratio = (t_p / self.max_point().time_per_epoch_s).max(1.0);
+        COMPUTE_BOUND / (ratio - 1.0 + COMPUTE_BOUND)
+    }
+
     pub fn steady_state_locked(
         &self,
         pl_w: f64,
@@ -458,9 +467,7 @@ impl WorkloadCurve {
         }
         let gpu_clock_cap = gpu_lock.unwrap_or(1.0);
         let t_max = self.max_point().time_per_epoch_s;
-        let ratio = (t_p / t_max).max(1.0);
-        // Natural clock at this power limit, as a fraction of the maximum.
-        let natural = COMPUTE_BOUND / (ratio - 1.0 + COMPUTE_BOUND);
+        let natural = self.natural_clock(pl_w);
         let f = gpu_clock_cap.clamp(1e-3, 1.0).min(natural);
         let m = mem_clock_cap.clamp(1e-3, 1.0);
         let time = t_max * (COMPUTE_BOUND / f + (1.0 - COMPUTE_BOUND) / m);
