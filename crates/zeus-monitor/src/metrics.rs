@@ -12,6 +12,7 @@
 //! | `zeus_gpu_energy_joules_total` | counter | the sampler's cache: `Track::energy_at(now)` |
 //! | `zeus_gpu_power_watts{domain}` | gauge | `device_instant` / `device_average`: the sampler's latest tick for the domain it polls, a ~1 µs read for the other |
 //! | `zeus_gpu_power_limit_watts` | gauge | refreshed every second in the background |
+//! | `zeus_gpu_clock_mhz{clock="graphics"\|"memory"}` | gauge | `nvmlDeviceGetClockInfo`, refreshed every second in the background |
 //! | `zeus_gpu_clock_locked{clock="graphics"\|"memory"}` | gauge (1) | the settings journal, refreshed every second |
 //!
 //! The energy counter is the driver's (energy since the driver loaded), read by the process's
@@ -185,6 +186,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone, Copy, Default)]
 struct Slow {
     power_limit_w: Option<f64>,
+    /// Current graphics and memory clocks, MHz.
+    clocks_mhz: Option<(u32, u32)>,
     locks: ClockLocks,
 }
 
@@ -219,6 +222,7 @@ impl Exported {
         };
         *lock(&self.slow) = Slow {
             power_limit_w,
+            clocks_mhz: self.gpu.current_clocks_mhz().ok(),
             locks,
         };
     }
@@ -320,6 +324,10 @@ impl Collector for GpuCollector {
             "zeus_gpu_power_limit_watts",
             "GPU power management limit, watts.",
         );
+        let mut clocks = gauge(
+            "zeus_gpu_clock_mhz",
+            "Current GPU clock, MHz: graphics (SM) or memory.",
+        );
         let mut locked = gauge(
             "zeus_gpu_clock_locked",
             "1 where a zeus process locked this GPU clock and has not restored it.",
@@ -375,13 +383,18 @@ impl Collector for GpuCollector {
             if let Some(w) = slow.power_limit_w {
                 sample(&mut limit, &base, w);
             }
+            if let Some((graphics, memory)) = slow.clocks_mhz {
+                for (mhz, clock) in [(graphics, "graphics"), (memory, "memory")] {
+                    sample(&mut clocks, &with(("clock", clock)), f64::from(mhz));
+                }
+            }
             for (on, clock) in [(slow.locks.gpu, "graphics"), (slow.locks.memory, "memory")] {
                 if on {
                     sample(&mut locked, &with(("clock", clock)), 1.0);
                 }
             }
         }
-        out.extend([energy, power, limit, locked]);
+        out.extend([energy, power, limit, clocks, locked]);
     }
 
     fn health(&self) -> Result<(), String> {

@@ -229,6 +229,12 @@ fn metrics_have_labels_help_and_type() {
     }
     // No clock was locked by a zeus process: no clock series.
     assert!(!body.contains("zeus_gpu_clock_locked{"), "{body}");
+    // Both GPUs are busy at their default (maximum) limits: full clocks.
+    assert!(body.contains("# TYPE zeus_gpu_clock_mhz gauge\n"), "{body}");
+    let clock = |c: &str| by_gpu_with(&samples, "zeus_gpu_clock_mhz", &[("clock", c)]);
+    let (graphics, memory) = (clock("graphics"), clock("memory"));
+    assert_eq!((graphics["0"], memory["0"]), (1980.0, 2619.0), "H100");
+    assert_eq!((graphics["1"], memory["1"]), (1740.0, 7251.0), "A40");
 }
 
 #[test]
@@ -505,21 +511,27 @@ fn clocks_a_zeus_process_locked_are_exposed_until_restored() {
 
     let state = tempfile::tempdir().unwrap();
     // This test process stands for a zeus job: it locks GPU 0's graphics clocks through a
-    // guard journaled in the directory the exporter reads.
+    // guard journaled in the directory the exporter reads, on the simulated GPUs it shares
+    // with the exporter (ZEUS_SIM_SHARED), as two processes share a real GPU.
+    let shared = state.path().join("sim-gpus");
     let cluster = SimCluster::new(SimConfig {
         presets: vec![preset::find("A40").unwrap(); 2],
         privileged: true,
+        load: zeus_core::device::sim::Load::Busy,
+        shared: Some(shared.clone()),
         ..SimConfig::default()
     });
     let dev = cluster.devices()[0].clone();
     let mem = dev.supported_memory_clocks().unwrap()[0];
     let graphics = dev.supported_graphics_clocks(mem).unwrap();
+    let mid = graphics[graphics.len() / 2];
     let guard = SettingsGuard::new(cluster.gpus(), Journal::at(state.path()));
     guard
-        .lock_gpu_clocks(0, *graphics.last().unwrap(), graphics[0])
+        .lock_gpu_clocks(0, *graphics.last().unwrap(), mid)
         .unwrap();
 
     let mut child = bin("A40,A40", state.path())
+        .env("ZEUS_SIM_SHARED", &shared)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -553,10 +565,26 @@ fn clocks_a_zeus_process_locked_are_exposed_until_restored() {
                 .collect()
         };
         assert_eq!(locked(&s), vec![("0".into(), "graphics".into(), 1.0)]);
+        let clock = |s: &[Sample]| by_gpu_with(s, "zeus_gpu_clock_mhz", &[("clock", "graphics")]);
+        let before = clock(&s);
+        assert_eq!(
+            before["0"],
+            f64::from(mid),
+            "the locked GPU runs at the lock's top"
+        );
+        assert_eq!(
+            before["1"],
+            f64::from(graphics[0]),
+            "the other at full clock"
+        );
         guard.restore().unwrap();
         // Gone after the next refresh (once a second).
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !locked(&scrape(&addr)).is_empty() {
+        loop {
+            let s = scrape(&addr);
+            if locked(&s).is_empty() && clock(&s)["0"] == f64::from(graphics[0]) {
+                break;
+            }
             assert!(Instant::now() < deadline, "still shown 5 s after restore");
             std::thread::sleep(Duration::from_millis(100));
         }
