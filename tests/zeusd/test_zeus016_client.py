@@ -168,6 +168,9 @@ def test_zeus016_client_drives_our_daemon(
             assert g["after"] == g["target"] != g["before"], g  # NVML read of the shared GPU
             assert g["lock_gpu"] == {"ok": None}, g
             assert g["lock_mem"] == {"ok": None}, g
+            # The locks the daemon made show in the client's own NVML clock reads.
+            assert g["sm_clock_locked"] == {"ok": g["gfx_clocks"][0]}, g
+            assert g["mem_clock_locked"] == {"ok": g["mem_clocks"][0]}, g
             targets[i] = g["target"]
         assert daemon.power_limits() == targets  # the daemon's own GET
         assert {int(k): v for k, v in holding["client_get_power_limit"].items()} == targets
