@@ -571,14 +571,22 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert!(pm.is_running());
-        std::thread::sleep(Duration::from_millis(60));
-        let n = pm.num_samples();
-        assert!(n >= 5, "only {n} samples in 60 ms at 2 ms");
+        // Timing here is loose on purpose (a loaded CI machine may starve the thread for a
+        // while); that a stop wakes a sleep at once is `monitor::stop`'s test.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pm.num_samples() < 5 {
+            assert!(
+                Instant::now() < deadline,
+                "{} samples in 10 s at 2 ms",
+                pm.num_samples()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let begin = Instant::now();
         pm.stop();
         assert!(
-            begin.elapsed() < Duration::from_millis(50),
-            "stop must wake the sleeper"
+            begin.elapsed() < Duration::from_secs(5),
+            "stop returns once the thread is woken and joined"
         );
         assert!(!pm.is_running());
         let after = pm.num_samples();

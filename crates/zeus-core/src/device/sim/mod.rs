@@ -1151,6 +1151,26 @@ mod tests {
     }
 
     #[test]
+    fn measured_matmul_runs_power_capped_below_the_maximum_clock() {
+        // On the H100 the matmul workload draws 700 W near 1490 MHz: at its default limit it
+        // runs there, not at 1980 MHz, and a lock above that changes nothing.
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            virtual_clock: true,
+            fidelity: Fidelity::Ideal,
+            workload: Some(Workload::Builtin("matmul_bf16")),
+            load: Load::Busy,
+            ..SimConfig::default()
+        });
+        let g = &c.devices[0];
+        assert_eq!(g.current_clocks_mhz().unwrap().0, 1485);
+        g.set_gpu_locked_clocks(1500, 1980).unwrap();
+        assert_eq!(g.current_clocks_mhz().unwrap().0, 1485);
+        g.set_gpu_locked_clocks(1005, 1005).unwrap();
+        assert_eq!(g.current_clocks_mhz().unwrap().0, 1005);
+    }
+
+    #[test]
     fn p100_has_no_energy_counter() {
         let c = cluster(&["P100"]);
         assert!(matches!(

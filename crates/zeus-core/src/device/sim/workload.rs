@@ -104,6 +104,23 @@ impl ClockCurve {
     pub fn points(&self) -> &[ClockPoint] {
         &self.points
     }
+
+    /// The lowest clock fraction at which the sweep draws `power_w` (interpolated; the lowest
+    /// measured clock if even that draws more, 1.0 if no clock draws that much).
+    fn fraction_drawing(&self, power_w: f64) -> f64 {
+        let pts = &self.points;
+        if pts[0].average_power_w >= power_w {
+            return pts[0].clock_fraction;
+        }
+        for w in pts.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if a.average_power_w < power_w && b.average_power_w >= power_w {
+                let x = (power_w - a.average_power_w) / (b.average_power_w - a.average_power_w);
+                return a.clock_fraction + x * (b.clock_fraction - a.clock_fraction);
+            }
+        }
+        1.0
+    }
 }
 
 /// A workload's behaviour across power limits (and, for measured workloads, locked clocks).
@@ -427,18 +444,26 @@ impl WorkloadCurve {
         self.steady_state_locked(pl_w, idle_w, lock, mem_clock_cap)
     }
 
-    /// [`steady_state`](Self::steady_state) with the SM clock lock given as `Some(fraction)` of
-    /// the maximum clock (a lock at the maximum is still a lock: measured workloads then follow
-    /// their clock sweep, which was measured separately from the power-limit sweep).
     /// The graphics clock a busy GPU settles at under power limit `pl_w` with no lock, as a
-    /// fraction of the maximum: the clock at which the compute-bound share of an epoch takes
-    /// the extra time the limit costs.
+    /// fraction of the maximum.
+    ///
+    /// A measured workload runs at the clock where its clock sweep draws `pl_w` (the driver
+    /// lowers the clock until the power fits; on the H100 the matmul workload is capped at
+    /// 700 W and runs near 1490 MHz), or at the maximum if it never draws that much. The
+    /// synthetic model runs at the clock at which the compute-bound share of an epoch takes the
+    /// extra time the limit costs.
     pub fn natural_clock(&self, pl_w: f64) -> f64 {
+        if let Some(clock) = &self.clock {
+            return clock.fraction_drawing(pl_w);
+        }
         let (t_p, _) = self.at(pl_w);
         let ratio = (t_p / self.max_point().time_per_epoch_s).max(1.0);
         COMPUTE_BOUND / (ratio - 1.0 + COMPUTE_BOUND)
     }
 
+    /// [`steady_state`](Self::steady_state) with the SM clock lock given as `Some(fraction)` of
+    /// the maximum clock (a lock at the maximum is still a lock: measured workloads then follow
+    /// their clock sweep, which was measured separately from the power-limit sweep).
     pub fn steady_state_locked(
         &self,
         pl_w: f64,
@@ -588,6 +613,22 @@ mod tests {
         let a = WorkloadCurve::builtin("matmul_bf16", 300.0).unwrap();
         assert!((a.at(300.0).1 - 689.2 * 300.0 / 700.0).abs() < 0.01);
         assert!(WorkloadCurve::builtin("resnet", 700.0).is_none());
+    }
+
+    #[test]
+    fn measured_natural_clock_is_where_the_clock_sweep_draws_the_limit() {
+        let mhz = |c: &WorkloadCurve, w: f64| c.natural_clock(w) * 1980.0;
+        let m = WorkloadCurve::builtin("matmul_bf16", 700.0).unwrap();
+        // The sweep draws 608.6 W at 1245 MHz and 704.5 W at 1500 MHz.
+        let at700 = mhz(&m, 700.0);
+        assert!((at700 - (1245.0 + 255.0 * (700.0 - 608.6) / (704.5 - 608.6))).abs() < 1e-6);
+        // 381.0 W at 750 MHz, 414.1 W at 1005 MHz.
+        assert!((750.0..1005.0).contains(&mhz(&m, 400.0)));
+        // Below the lowest measured clock's power: that clock.
+        assert!((mhz(&m, 200.0) - 750.0).abs() < 1e-6);
+        // Memory-bound work never draws 700 W: full clock.
+        let s = WorkloadCurve::builtin("stream_add_fp32", 700.0).unwrap();
+        assert_eq!(s.natural_clock(700.0), 1.0);
     }
 
     proptest! {
