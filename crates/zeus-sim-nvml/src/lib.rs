@@ -23,7 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use zeus_core::device::error::nvml_code::*;
 use zeus_core::device::error::nvml_error_string;
-use zeus_core::device::sim::{Load, SimCluster, SimConfig, SimGpu};
+use zeus_core::device::sim::{
+    Load, SimCluster, SimConfig, SimGpu, CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP,
+};
 use zeus_core::device::{Clock, Gpu, GpuError};
 
 type Ret = c_uint;
@@ -868,10 +870,18 @@ pub unsafe extern "C" fn nvmlDeviceGetVbiosVersion(
 }
 
 /// Nothing holds the clocks back on a simulated board.
-unsafe fn no_reasons(device: Handle, reasons: *mut c_ulonglong) -> Ret {
+/// The reasons the model knows: idle, and the power limit holding the clock down.
+unsafe fn current_reasons(device: Handle, reasons: *mut c_ulonglong) -> Ret {
+    guard(|| {
+        let (_, d) = self::device(device)?;
+        write(reasons, d.clock_event_reasons())
+    })
+}
+
+unsafe fn supported_reasons(device: Handle, reasons: *mut c_ulonglong) -> Ret {
     guard(|| {
         self::device(device)?;
-        write(reasons, 0)
+        write(reasons, CLOCK_EVENT_GPU_IDLE | CLOCK_EVENT_SW_POWER_CAP)
     })
 }
 
@@ -880,7 +890,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
     device: Handle,
     reasons: *mut c_ulonglong,
 ) -> Ret {
-    no_reasons(device, reasons)
+    current_reasons(device, reasons)
 }
 
 #[no_mangle]
@@ -888,7 +898,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     device: Handle,
     reasons: *mut c_ulonglong,
 ) -> Ret {
-    no_reasons(device, reasons)
+    current_reasons(device, reasons)
 }
 
 #[no_mangle]
@@ -896,7 +906,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksThrottleReasons(
     device: Handle,
     reasons: *mut c_ulonglong,
 ) -> Ret {
-    no_reasons(device, reasons)
+    supported_reasons(device, reasons)
 }
 
 #[no_mangle]
@@ -904,7 +914,7 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedClocksEventReasons(
     device: Handle,
     reasons: *mut c_ulonglong,
 ) -> Ret {
-    no_reasons(device, reasons)
+    supported_reasons(device, reasons)
 }
 
 /// A property that is a fixed number per device (mode flags, link width, ...).

@@ -559,6 +559,31 @@ impl SimGpu {
     }
 }
 
+/// `nvmlClocksEventReasonGpuIdle`: nothing runs, so clocks are low.
+pub const CLOCK_EVENT_GPU_IDLE: u64 = 0x1;
+/// `nvmlClocksEventReasonSwPowerCap`: the clock is held down to keep power under the limit.
+pub const CLOCK_EVENT_SW_POWER_CAP: u64 = 0x4;
+
+impl SimGpu {
+    /// Why the graphics clock is where it is (NVML's clock event reasons, the ones the model
+    /// knows): idle, or held down by the power limit below both the maximum and a lock's top.
+    pub fn clock_event_reasons(&self) -> u64 {
+        if !self.reading_busy() {
+            return CLOCK_EVENT_GPU_IDLE;
+        }
+        let s = self.state();
+        let natural = s.curve.natural_clock(f64::from(s.power_limit_mw) / 1000.0);
+        let top = s.gpu_locked.map_or(1.0, |(_, hi)| {
+            f64::from(hi) / f64::from(self.preset.max_graphics_clock_mhz)
+        });
+        if natural < top - 1e-9 {
+            CLOCK_EVENT_SW_POWER_CAP
+        } else {
+            0
+        }
+    }
+}
+
 impl Gpu for SimGpu {
     fn name(&self) -> GpuResult<String> {
         Ok(format!("{} (Simulated)", self.preset.name))
@@ -1164,10 +1189,16 @@ mod tests {
         });
         let g = &c.devices[0];
         assert_eq!(g.current_clocks_mhz().unwrap().0, 1485);
+        assert_eq!(g.clock_event_reasons(), CLOCK_EVENT_SW_POWER_CAP);
         g.set_gpu_locked_clocks(1500, 1980).unwrap();
         assert_eq!(g.current_clocks_mhz().unwrap().0, 1485);
+        assert_eq!(g.clock_event_reasons(), CLOCK_EVENT_SW_POWER_CAP);
+        // A lock below where the limit holds it: the lock, not the power cap, sets the clock.
         g.set_gpu_locked_clocks(1005, 1005).unwrap();
         assert_eq!(g.current_clocks_mhz().unwrap().0, 1005);
+        assert_eq!(g.clock_event_reasons(), 0);
+        g.set_load(Load::Idle);
+        assert_eq!(g.clock_event_reasons(), CLOCK_EVENT_GPU_IDLE);
     }
 
     #[test]
