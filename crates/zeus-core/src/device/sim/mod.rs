@@ -254,6 +254,13 @@ impl State {
         );
     }
 
+    /// The fraction of the maximum graphics clock a busy, unlocked GPU runs at under the
+    /// current power limit.
+    fn natural_clock(&self) -> f64 {
+        self.curve
+            .natural_clock(f64::from(self.power_limit_mw) / 1000.0)
+    }
+
     fn segment(&self) -> Segment {
         Segment {
             t0: self.t_last,
@@ -557,14 +564,7 @@ impl SimGpu {
         let s = self.state();
         s.power_w(self.preset, s.is_busy_at(now))
     }
-}
 
-/// `nvmlClocksEventReasonGpuIdle`: nothing runs, so clocks are low.
-pub const CLOCK_EVENT_GPU_IDLE: u64 = 0x1;
-/// `nvmlClocksEventReasonSwPowerCap`: the clock is held down to keep power under the limit.
-pub const CLOCK_EVENT_SW_POWER_CAP: u64 = 0x4;
-
-impl SimGpu {
     /// Why the graphics clock is where it is (NVML's clock event reasons, the ones the model
     /// knows): idle, or held down by the power limit below both the maximum and a lock's top.
     pub fn clock_event_reasons(&self) -> u64 {
@@ -572,7 +572,7 @@ impl SimGpu {
             return CLOCK_EVENT_GPU_IDLE;
         }
         let s = self.state();
-        let natural = s.curve.natural_clock(f64::from(s.power_limit_mw) / 1000.0);
+        let natural = s.natural_clock();
         let top = s.gpu_locked.map_or(1.0, |(_, hi)| {
             f64::from(hi) / f64::from(self.preset.max_graphics_clock_mhz)
         });
@@ -583,6 +583,11 @@ impl SimGpu {
         }
     }
 }
+
+/// `nvmlClocksEventReasonGpuIdle`: nothing runs, so clocks are low.
+pub const CLOCK_EVENT_GPU_IDLE: u64 = 0x1;
+/// `nvmlClocksEventReasonSwPowerCap`: the clock is held down to keep power under the limit.
+pub const CLOCK_EVENT_SW_POWER_CAP: u64 = 0x4;
 
 impl Gpu for SimGpu {
     fn name(&self) -> GpuResult<String> {
@@ -767,8 +772,7 @@ impl Gpu for SimGpu {
         let busy = self.reading_busy();
         let (gpu_locked, mem_locked, natural) = {
             let s = self.state();
-            let natural = s.curve.natural_clock(f64::from(s.power_limit_mw) / 1000.0);
-            (s.gpu_locked, s.mem_locked, natural)
+            (s.gpu_locked, s.mem_locked, s.natural_clock())
         };
         let p = self.preset;
         let graphics = if busy {
