@@ -138,8 +138,11 @@ def test_openapi_states_the_ranges() -> None:
     assert job["max_epochs"] == {**job["max_epochs"], "minimum": 1, "maximum": 2**31 - 1}
     assert job["gpu_model"]["maxLength"] == 300
     assert job["gpu_model"]["pattern"] == "^[^\\x00]*$"
-    (query,) = document["paths"]["/jobs/batch_size"]["get"]["parameters"]
+    query, request = document["paths"]["/jobs/batch_size"]["get"]["parameters"]
+    assert query["required"] is True
     assert query["schema"]["minLength"] == 1 and query["schema"]["maxLength"] == 400
+    assert request["name"] == "request_id" and request["required"] is False
+    assert request["schema"]["maxLength"] == 64
     report = schemas["TrainingResult"]["properties"]
     assert report["current_epoch"]["maximum"] == 2**31 - 1
     assert "security" not in document

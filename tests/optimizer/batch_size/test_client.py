@@ -354,17 +354,29 @@ def test_lost_answers_are_retried_and_counted_once(
     assert rows == [("Succeeded",), ("Failed",)]
 
 
-def test_a_lost_prediction_is_not_repeated(
+def test_a_lost_prediction_is_retried_and_starts_one_trial(
     url: str, gpus: Any, db: Database, no_atexit: list
 ) -> None:
-    """Asking again would start a second trial; the error says the answer was lost."""
+    """The retry names the same request, so the server answers with the trial it started."""
     transport = LoseAnswers(("GET", "/jobs/batch_size"))
-    bso = BatchSizeOptimizer(FakeMonitor([0]), url, spec(), backoff=0.001, transport=transport)
-    with pytest.raises(ZeusBSORuntimError, match="ReadTimeout"):
-        bso.get_batch_size()
-    assert transport.sent.count(("GET", "/jobs/batch_size")) == 1
-    rows = db.query("SELECT count(*) FROM bso_trial WHERE job_id = :j", j=bso.job.job_id)
-    assert rows == [(1,)]
+    job = spec(job_id=f"client-pred-{uuid.uuid4().hex[:8]}")
+    bso = BatchSizeOptimizer(FakeMonitor([0]), url, job, backoff=0.001, transport=transport)
+    assert bso.get_batch_size() == 1024
+    assert transport.lost == 1
+    assert transport.sent.count(("GET", "/jobs/batch_size")) == 2
+    rows = db.query(
+        "SELECT trial_number, status, request_id FROM bso_trial WHERE job_id = :j",
+        j=bso.job.job_id,
+    )
+    assert len(rows) == 1 and rows[0][:2] == (bso.trial_number, "Dispatched"), rows
+    assert len(rows[0][2]) == 32, "a uuid4 hex names the request"
+    # The next run of the job asks anew: a new request, a new trial (its answer lost too).
+    again = BatchSizeOptimizer(FakeMonitor([0]), url, job, backoff=0.001, transport=transport)
+    again.get_batch_size()
+    assert transport.lost == 2
+    assert again.trial_number != bso.trial_number
+    rows = db.query("SELECT count(*) FROM bso_trial WHERE job_id = :j", j=job.job_id)
+    assert rows == [(2,)]
 
 
 def test_unreachable_server(gpus: Any, no_atexit: list) -> None:

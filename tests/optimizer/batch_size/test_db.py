@@ -141,9 +141,17 @@ def test_pg_connection_left_in_a_transaction_is_rolled_back(database: FreshDatab
     assert asyncio.run(go()) == 1  # t-lost was rolled back, t-1 committed.
 
 
+# A trial as the baseline revision stores it (today's insert names later columns too).
+_INS_BASELINE_TRIAL = Statement(
+    sa.text(
+        "INSERT INTO bso_trial (job_id, trial_number, batch_size, type, status, "
+        "start_timestamp, report_count) VALUES (:b_job, 1, 32, 'Exploration', 'Dispatched', 0, 0)"
+    )
+)
+
+
 async def _insert_trial(tx: Tx, job_id: str) -> None:
-    values = {"b_job": job_id, "b_number": 1, "b_bs": 32, "b_type": "Exploration", "b_start": 0.0}
-    await service._INS_TRIAL.run(tx, values)
+    await _INS_BASELINE_TRIAL.run(tx, {"b_job": job_id})
 
 
 def _schema_diff(connection: sa.Connection) -> list[Any]:
@@ -178,5 +186,8 @@ def test_migrations_build_the_schema_and_upgrade_old_databases(database: FreshDa
 
     assert asyncio.run(go()) == []
     assert database.query("SELECT job_id FROM bso_job") == [("t-1",)]
-    # A trial from before the revision has no end message (and still answers, the old way).
-    assert database.query("SELECT trial_number, end_message FROM bso_trial") == [(1, None)]
+    # A trial from before the revisions has no end message (and still answers, the old way)
+    # and no request id.
+    assert database.query("SELECT trial_number, end_message, request_id FROM bso_trial") == [
+        (1, None, None)
+    ]

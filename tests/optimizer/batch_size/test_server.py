@@ -191,6 +191,64 @@ def test_predict_unknown_job_and_missing_parameter(http: httpx.Client) -> None:
     assert r.json()["detail"][0]["loc"] == ["query", "job_id"]
 
 
+def test_a_repeated_request_id_gets_the_trial_it_started(http: httpx.Client, db: Database) -> None:
+    job = register(http)
+    jid = job["job_id"]
+
+    def ask(request_id: str) -> dict:
+        r = http.get("/jobs/batch_size", params={"job_id": jid, "request_id": request_id})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    first = ask("req-a")
+    assert ask("req-a") == first, "a retry: the same trial"
+    second = ask("req-b")
+    assert second["trial_number"] == first["trial_number"] + 1
+    # After the trial has ended, its request still names it (no new trial).
+    report(http, first, 23157, metric=0.55)
+    assert ask("req-a") == first
+    # Another job may use the same name.
+    other = register(http)
+    r = http.get("/jobs/batch_size", params={"job_id": other["job_id"], "request_id": "req-a"})
+    assert r.json()["trial_number"] == 1
+    rows = db.query(
+        "SELECT trial_number, request_id FROM bso_trial WHERE job_id = :j ORDER BY trial_number",
+        j=jid,
+    )
+    assert rows == [(1, "req-a"), (2, "req-b")]
+
+
+@pytest.mark.parametrize("bad", ["", "a" * 65, "has space", "caf\u00e9", "tab\t"])
+def test_a_bad_request_id_is_refused_naming_it(http: httpx.Client, db: Database, bad: str) -> None:
+    job = register(http)
+    r = http.get("/jobs/batch_size", params={"job_id": job["job_id"], "request_id": bad})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][:2] == ["query", "request_id"]
+    assert trial_rows(db, job["job_id"]) == [], "nothing started"
+
+
+def test_concurrent_retries_of_one_request_start_one_trial(
+    server: ServerProcess, db: Database
+) -> None:
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        job = register(http)
+
+    def one(k: int) -> int:
+        with httpx.Client(base_url=server.base_url, timeout=30) as c:
+            params = {"job_id": job["job_id"], "request_id": f"r{k % 4}"}
+            r = c.get("/jobs/batch_size", params=params)
+            assert r.status_code == 200, r.text
+            return int(r.json()["trial_number"])
+
+    with ThreadPoolExecutor(16) as pool:
+        numbers = list(pool.map(one, range(32)))
+    # Four requests, each sent eight times at once: four trials, each request always the same.
+    assert sorted(set(numbers)) == [1, 2, 3, 4]
+    for k in range(4):
+        assert len({numbers[i] for i in range(k, 32, 4)}) == 1
+    assert len(trial_rows(db, job["job_id"])) == 4
+
+
 def test_concurrent_predictions_get_distinct_trial_numbers(
     server: ServerProcess, db: Database
 ) -> None:

@@ -23,9 +23,10 @@ then the launcher's job.
 
 Failures are retried with exponential back-off where repeating the request is safe: any
 connection error or timeout for the requests the server treats as idempotent (a report, which
-it records once per epoch; ending a trial; registering a job under a given `job_id`), and for
-the others (asking for a batch size, which starts a trial; registering with a generated id)
-only a failure to connect, where the request never reached the server. Any other failure, and
+it records once per epoch; ending a trial; registering a job under a given `job_id`; asking for
+a batch size, which starts a trial, under a `request_id` the client makes up once, so a repeat
+gets that trial), and for registering with a generated id only a failure to connect, where the
+request never reached the server. Any other failure, and
 any non-2xx answer, raises `ZeusBSORuntimError`. Requests carry `Authorization: Bearer
 $ZEUS_BSO_TOKEN` when that variable is set.
 """
@@ -37,6 +38,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from typing import Any, Callable, Optional
 
 import httpx
@@ -239,10 +241,9 @@ class BatchSizeOptimizer(Callback):
         if self.current_batch_size:
             return self.current_batch_size
         if self.rank == 0:
-            # Each prediction starts a trial: not repeated once it may have reached the server.
-            resp = self._request(
-                "GET", GET_NEXT_BATCH_SIZE_URL, idempotent=False, params={"job_id": self.job.job_id}
-            )
+            # Each prediction starts a trial; under one request_id, a retry gets that trial.
+            params = {"job_id": self.job.job_id, "request_id": uuid.uuid4().hex}
+            resp = self._request("GET", GET_NEXT_BATCH_SIZE_URL, idempotent=True, params=params)
             trial = TrialId.model_validate(resp.json())
             if trial.batch_size not in self.job.batch_sizes:
                 raise ZeusBSORuntimError(

@@ -43,6 +43,10 @@ MAX_MAGNITUDE = 1e30
 _NO_NUL = r"^[^\x00]*$"
 
 JobId = Annotated[str, Field(min_length=1, max_length=MAX_JOB_ID_LEN, pattern=_NO_NUL)]
+# A client's name for one prediction request, so that a retry gets the same trial: printable
+# ASCII without blanks (a UUID's hex, say), at most MAX_REQUEST_ID_LEN characters.
+MAX_REQUEST_ID_LEN = 64
+RequestId = Annotated[str, Field(min_length=1, max_length=MAX_REQUEST_ID_LEN, pattern=r"^[!-~]+$")]
 PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX)]
 NonNegInt32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
 BoundedFloat = Annotated[float, Field(ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE, allow_inf_nan=False)]

@@ -5,8 +5,8 @@ The routes (the reference REST API over `BsoService`):
 - `POST /jobs` (`JobSpecFromClient` -> `CreatedJob`): 201 new, 200 identical re-registration,
   409 different configuration, 422 invalid.
 - `DELETE /jobs?job_id=` (-> null): 200, 404 unknown job.
-- `GET /jobs/batch_size?job_id=` (-> `TrialId`): 200, 404 unknown job, 409 nothing survived
-  pruning.
+- `GET /jobs/batch_size?job_id=[&request_id=]` (-> `TrialId`): 200, 404 unknown job, 409
+  nothing survived pruning. A repeat of a `request_id` gets the trial that request started.
 - `POST /report` (`TrainingResult` -> `ReportResponse`): 200, 404 unknown job or trial, 409 a
   batch size or epoch that contradicts the recorded trial, 422 invalid.
 - `PATCH /trials` (`TrialId` -> null): 200 (a dispatched trial becomes failed), 404 unknown,
@@ -48,6 +48,7 @@ from zeus.optimizer.batch_size.common import (
     JobId,
     JobSpecFromClient,
     ReportResponse,
+    RequestId,
     TrainingResult,
     TrialId,
 )
@@ -83,11 +84,12 @@ Handler = Callable[..., Awaitable[tuple[int, Optional[BaseModel]]]]
 
 @dataclass(frozen=True)
 class QueryParam:
-    """A required query parameter, validated with `adapter`."""
+    """A query parameter, validated with `adapter`; an optional one absent is None."""
 
     name: str
     adapter: TypeAdapter
     description: str
+    required: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,10 @@ async def _delete(service: BsoService, job_id: str) -> tuple[int, None]:
     return 200, None
 
 
-async def _predict(service: BsoService, job_id: str) -> tuple[int, BaseModel]:
-    return 200, await service.predict(job_id)
+async def _predict(
+    service: BsoService, job_id: str, request_id: Optional[str]
+) -> tuple[int, BaseModel]:
+    return 200, await service.predict(job_id, request_id)
 
 
 async def _report(service: BsoService, result: TrainingResult) -> tuple[int, BaseModel]:
@@ -147,6 +151,13 @@ async def _end_trial(service: BsoService, trial: TrialId) -> tuple[int, None]:
 
 
 _JOB_ID = QueryParam("job_id", TypeAdapter(JobId), "The job's id")
+_REQUEST_ID = QueryParam(
+    "request_id",
+    TypeAdapter(RequestId),
+    "The client's name for this request (printable ASCII, at most 64 characters): a repeat "
+    "gets the trial the first one started instead of starting another",
+    required=False,
+)
 
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -175,8 +186,8 @@ ROUTES: tuple[Route, ...] = (
         GET_NEXT_BATCH_SIZE_URL,
         _predict,
         "Start a trial of the job: the batch size to train with",
-        query=(_JOB_ID,),
-        answers=((200, TrialId, "The new trial"),),
+        query=(_JOB_ID, _REQUEST_ID),
+        answers=((200, TrialId, "The new trial (or the one this request_id started)"),),
         errors=(404, 409, 422),
     ),
     Route(
@@ -314,6 +325,9 @@ class BsoApp:
             found = _query(scope["query_string"])
             for param in route.query:
                 value = found.get(param.name)
+                if value is None and not param.required:
+                    args.append(None)
+                    continue
                 if value is None:
                     return 422, errors.from_validation(
                         [{"loc": (param.name,), "msg": "Field required", "type": "missing"}],

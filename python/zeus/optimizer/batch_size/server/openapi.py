@@ -62,7 +62,7 @@ def document(routes: Sequence[Route], title: str, *, bearer: bool) -> dict[str, 
                 {
                     "name": p.name,
                     "in": "query",
-                    "required": True,
+                    "required": p.required,
                     "description": p.description,
                     "schema": p.adapter.json_schema(),
                 }

@@ -81,6 +81,10 @@ trials = sa.Table(
     # The message of the answer that ended the trial, so that a retry of that last report
     # (its answer was lost) gets the same answer (revision 0002).
     sa.Column("end_message", sa.Text, nullable=True),
+    # The client's name for the prediction that started the trial, so that a retry of that
+    # request (its answer was lost) gets this trial instead of starting another (revision 0003).
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Index("bso_trial_request", "job_id", "request_id", unique=True),
 )
 
 arms = sa.Table(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from typing import Any
+from typing import Any, Optional
 
 import sqlalchemy as sa
 
@@ -123,15 +123,18 @@ class BsoService:
         """
         await self.db.run(_delete_job, job_id)
 
-    async def predict(self, job_id: str) -> TrialId:
+    async def predict(self, job_id: str, request_id: Optional[str] = None) -> TrialId:
         """Start a new trial of `job_id` and return it (its batch size is the decision).
+
+        With `request_id`, the client's name for this request, a repeat of the request (a
+        retry after a lost answer) returns the trial it started instead of starting another.
 
         Raises:
             ZeusBSONotFoundError: unknown job.
             logic.NoConvergedBatchSizeError: pruning left no batch size.
 
         """
-        return await self.db.run(_predict, job_id)
+        return await self.db.run(_predict, job_id, request_id)
 
     async def report(self, result: TrainingResult) -> ReportResponse:
         """Record a trial's progress and tell the client whether to stop.
@@ -202,6 +205,12 @@ _INS_TRIAL = Statement(
         status=STATUS_DISPATCHED,
         start_timestamp=_B("b_start"),
         report_count=0,
+        request_id=_B("b_request", value=None, required=False),
+    )
+)
+_SEL_TRIAL_OF_REQUEST = Statement(
+    sa.select(trials.c.batch_size, trials.c.trial_number).where(
+        (trials.c.job_id == _B("k_job")) & (trials.c.request_id == _B("k_request"))
     )
 )
 _TRIAL_KEY = (trials.c.job_id == _B("k_job")) & (trials.c.trial_number == _B("number"))
@@ -329,8 +338,15 @@ def _unknown_job(job_id: str) -> ZeusBSONotFoundError:
     )
 
 
-async def _predict(tx: Tx, job_id: str) -> TrialId:
+async def _predict(tx: Tx, job_id: str, request_id: Optional[str]) -> TrialId:
     job = await _lock_job(tx, job_id)
+    if request_id is not None:
+        # The job's row lock orders a request and its retries: the first one inserts.
+        done = await _SEL_TRIAL_OF_REQUEST.first(tx, {"k_job": job_id, "k_request": request_id})
+        if done is not None:
+            return TrialId(
+                job_id=job_id, batch_size=done.batch_size, trial_number=done.trial_number
+            )
     updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
     if job.stage == STAGE_MAB:
         bs = _mab_predict(job, await _load_arms(tx, job_id), updates)
@@ -355,7 +371,14 @@ async def _predict(tx: Tx, job_id: str) -> TrialId:
     await _UPD_JOB_PREDICT.run(tx, {"k_job": job_id, "b_next": number + 1, **updates})
     await _INS_TRIAL.run(
         tx,
-        {"b_job": job_id, "b_number": number, "b_bs": bs, "b_type": kind, "b_start": time.time()},
+        {
+            "b_job": job_id,
+            "b_number": number,
+            "b_bs": bs,
+            "b_type": kind,
+            "b_start": time.time(),
+            "b_request": request_id,
+        },
     )
     return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
 
