@@ -24,6 +24,13 @@ const MIN_POWER_SPAN: Duration = Duration::from_millis(10);
 const POWER_HALF_LIFE: f64 = 10.0;
 /// Poll interval until the power of a zone is known.
 const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How much reading time, in spans that gave power figures, a zone is polled at
+/// [`FIRST_POLL_INTERVAL`] before its interval follows the power: the interval then starts
+/// from the highest figure of that stretch. One figure would do if counters always moved, but
+/// a counter that stalls for the first span or two (seen on a loaded machine, where the
+/// writer of a simulated counter ran tens of milliseconds late) reads as ~0 W, which would
+/// stretch the interval to its limit at once and lose every wrap after it.
+const WARM_UP: Duration = Duration::from_millis(500);
 
 /// What a zone measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +54,8 @@ pub struct Unwrapper {
     /// The power the poll interval is set for: the seen power, or more while a higher figure
     /// decays (half-life [`POWER_HALF_LIFE`]), W.
     bound_w: Option<f64>,
+    /// Seconds of spans that gave power figures, up to [`WARM_UP`].
+    warm_s: f64,
     last_at: Option<Instant>,
 }
 
@@ -60,6 +69,7 @@ impl Unwrapper {
             power_mark: None,
             power_w: None,
             bound_w: None,
+            warm_s: 0.0,
             last_at: None,
         }
     }
@@ -87,12 +97,19 @@ impl Unwrapper {
                     let dt = gap.as_secs_f64();
                     let seen = (self.total_uj - e) as f64 / 1e6 / dt;
                     // A drop is believed slowly (half-life POWER_HALF_LIFE): a counter that
-                    // stalls for a moment must not stretch the interval past a wrap.
-                    let floor = self
-                        .bound_w
-                        .map_or(0.0, |p| p * 0.5f64.powf(dt / POWER_HALF_LIFE));
+                    // stalls for a moment must not stretch the interval past a wrap. While
+                    // warming up, nothing decays: the bound is the highest figure seen.
+                    let warming = self.warming_up();
+                    let floor = self.bound_w.map_or(0.0, |p| {
+                        if warming {
+                            p
+                        } else {
+                            p * 0.5f64.powf(dt / POWER_HALF_LIFE)
+                        }
+                    });
                     self.power_w = Some(seen);
                     self.bound_w = Some(seen.max(floor));
+                    self.warm_s += dt;
                 }
                 self.power_mark = Some((at, self.total_uj));
             }
@@ -134,6 +151,11 @@ impl Unwrapper {
         }
     }
 
+    /// Whether the power figures so far cover less than [`WARM_UP`] of reading time.
+    fn warming_up(&self) -> bool {
+        self.warm_s < WARM_UP.as_secs_f64()
+    }
+
     /// Cumulative energy so far, µJ (`None` before the first reading).
     pub fn total_uj(&self) -> Option<u128> {
         self.last_raw.map(|_| self.total_uj)
@@ -145,9 +167,10 @@ impl Unwrapper {
     }
 
     /// How long the counter may go unread without risking a missed wrap: a quarter of the
-    /// time the observed power takes to use up the range, at most [`MAX_POLL_INTERVAL`].
+    /// time the observed power takes to use up the range, at most [`MAX_POLL_INTERVAL`];
+    /// [`FIRST_POLL_INTERVAL`] until the power figures cover [`WARM_UP`].
     pub fn poll_interval(&self) -> Duration {
-        let Some(p) = self.bound_w else {
+        let Some(p) = self.bound_w.filter(|_| !self.warming_up()) else {
             return FIRST_POLL_INTERVAL;
         };
         let range_j = self.range_uj as f64 / 1e6;

@@ -138,20 +138,54 @@ fn poll_interval_follows_power_seen_over_short_gaps_only() {
     // A long first gap may hide wraps: it gives no power figure.
     u.observe(1_000, ms(5_000));
     assert_eq!(u.poll_interval(), Duration::from_millis(10));
-    u.observe(2_001_000, ms(5_020)); // 2 J in 20 ms: 100 W
+    // 2 J every 20 ms (100 W): the interval stays short through half a second of warm-up...
+    let (mut raw, mut t) = (1_000u64, 5_000u64);
+    for _ in 0..24 {
+        (raw, t) = (raw + 2_000_000, t + 20);
+        u.observe(raw % 20_000_000, ms(t));
+        assert_eq!(
+            u.poll_interval(),
+            Duration::from_millis(10),
+            "warming up at {t}"
+        );
+    }
+    (raw, t) = (raw + 2_000_000, t + 20);
+    u.observe(raw % 20_000_000, ms(t));
+    // ... then follows the power: a quarter of the 0.2 s the range lasts at 100 W.
     let s = u.poll_interval().as_secs_f64();
     assert!((s - 0.05).abs() < 1e-9, "{s}");
     // A stalled counter (0 W for one interval) barely moves the figure ...
-    u.observe(2_001_000, ms(5_070));
+    t += 50;
+    u.observe(raw % 20_000_000, ms(t));
     let s = u.poll_interval().as_secs_f64();
     assert!(s > 0.05 && s < 0.051, "{s}");
     // ... and only a long quiet stretch lets the interval grow to its limit.
-    let mut t = 5_070;
+    let quiet_from = t;
     while u.poll_interval() < Duration::from_secs(1) {
         t += u.poll_interval().as_millis() as u64;
-        u.observe(2_001_000, ms(t));
+        u.observe(raw % 20_000_000, ms(t));
     }
-    assert!(t > 30_000, "{t}");
+    assert!(t - quiet_from > 25_000, "{t}");
+}
+
+#[test]
+fn a_counter_stalled_at_first_loses_no_wraps() {
+    // A sampler that reads whenever the interval says, on a counter that stood still for its
+    // first 60 ms and then counts 100 W in a 20 J range (a wrap every 0.2 s). Trusting the
+    // first figure (0 W) would wait a whole second and lose every wrap after it.
+    let t0 = Instant::now();
+    let energy_uj = |t_ms: u64| t_ms.saturating_sub(60) * 100_000;
+    let mut u = Unwrapper::new(20_000_000);
+    let mut t = 0;
+    let mut total = 0;
+    while t < 5_000 {
+        total = u.observe(energy_uj(t) % 20_000_000, t0 + Duration::from_millis(t));
+        t += u.poll_interval().as_millis() as u64;
+    }
+    let last = t - u.poll_interval().as_millis() as u64;
+    assert_eq!(total, u128::from(energy_uj(last)), "every wrap counted");
+    let s = u.poll_interval().as_secs_f64();
+    assert!((s - 0.05).abs() < 1e-9, "{s}");
 }
 
 #[test]
