@@ -22,6 +22,10 @@ pub const READS_PER_RANGE: f64 = 4.0;
 const MIN_POWER_SPAN: Duration = Duration::from_millis(10);
 /// How fast a lower power figure replaces a higher one, seconds.
 const POWER_HALF_LIFE: f64 = 10.0;
+/// Time constant of the smoothed power ([`Unwrapper::power_w`]), seconds: figures over 10-20 ms
+/// spans swing when a counter advances in bursts, and the whole ranges a late read adds come
+/// from this figure times the gap, which must be right to half a range.
+const POWER_SMOOTHING: f64 = 0.1;
 /// Poll interval until the power of a zone is known.
 const FIRST_POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How much reading time, in spans that gave power figures, a zone is polled at
@@ -49,7 +53,7 @@ pub struct Unwrapper {
     total_uj: u128,
     /// The last read that updated the power estimate.
     power_mark: Option<(Instant, u128)>,
-    /// The power seen over the last short gap, W.
+    /// The power seen over recent short gaps, smoothed (time constant [`POWER_SMOOTHING`]), W.
     power_w: Option<f64>,
     /// The power the poll interval is set for: the seen power, or more while a higher figure
     /// decays (half-life [`POWER_HALF_LIFE`]), W.
@@ -107,7 +111,8 @@ impl Unwrapper {
                             p * 0.5f64.powf(dt / POWER_HALF_LIFE)
                         }
                     });
-                    self.power_w = Some(seen);
+                    let a = dt / (dt + POWER_SMOOTHING);
+                    self.power_w = Some(self.power_w.map_or(seen, |p| p + a * (seen - p)));
                     self.bound_w = Some(seen.max(floor));
                     self.warm_s += dt;
                 }
@@ -161,7 +166,8 @@ impl Unwrapper {
         self.last_raw.map(|_| self.total_uj)
     }
 
-    /// Power over the last stretch between reads at least 10 ms apart, W.
+    /// Power over recent stretches between reads at least 10 ms apart, smoothed over about
+    /// [`POWER_SMOOTHING`], W.
     pub fn power_w(&self) -> Option<f64> {
         self.power_w
     }

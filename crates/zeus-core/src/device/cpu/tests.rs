@@ -204,6 +204,30 @@ fn a_late_read_counts_the_wraps_the_power_implies() {
 }
 
 #[test]
+fn a_late_read_after_a_bursty_counter_counts_the_right_wraps() {
+    // 10 W in a 1 J range, but the counter moves in bursts: 0.4 J every other 20 ms read, so
+    // single figures swing between 0 and 20 W. Half a second of that, then a read 330 ms late
+    // (3.3 J: three hidden wraps). The last single figure (20 W) would add six.
+    let t0 = Instant::now();
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    let mut u = Unwrapper::new(1_000_000);
+    let mut e = 0u64;
+    u.observe(0, t0);
+    let mut t = 0;
+    for k in 1..=26u64 {
+        t = 20 * k;
+        if k % 2 == 0 {
+            e += 400_000;
+        }
+        u.observe(e % 1_000_000, ms(t));
+    }
+    let p = u.power_w().unwrap();
+    assert!((8.0..12.0).contains(&p), "smoothed: {p} W");
+    let total = u.observe((e + 3_300_000) % 1_000_000, ms(t + 330));
+    assert_eq!(total, u128::from(e + 3_300_000));
+}
+
+#[test]
 fn a_simulated_tree_in_a_temp_dir_is_removed() {
     let s = sim::SimRapl::start(1, None, sim::DEFAULT_MAX_UJ).unwrap();
     let dir = s.dir().to_path_buf();
