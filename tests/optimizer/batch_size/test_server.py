@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import httpx
 import pytest
@@ -41,10 +41,26 @@ def register(http: httpx.Client, **overrides: Any) -> dict[str, Any]:
     return r.json()
 
 
-def predict(http: httpx.Client, job_id: str) -> dict[str, Any]:
-    r = http.get("/jobs/batch_size", params={"job_id": job_id})
+def predict(http: httpx.Client, job_id: str, request_id: Optional[str] = None) -> dict[str, Any]:
+    params = (
+        {"job_id": job_id} if request_id is None else {"job_id": job_id, "request_id": request_id}
+    )
+    r = http.get("/jobs/batch_size", params=params)
     assert r.status_code == 200, r.text
     return r.json()
+
+
+def predict_at_once(
+    server: ServerProcess, job_id: str, request_ids: list[Optional[str]]
+) -> list[int]:
+    """Trial numbers of predictions sent 16 at a time, each on its own connection."""
+
+    def one(request_id: Optional[str]) -> int:
+        with httpx.Client(base_url=server.base_url, timeout=30) as c:
+            return int(predict(c, job_id, request_id)["trial_number"])
+
+    with ThreadPoolExecutor(16) as pool:
+        return list(pool.map(one, request_ids))
 
 
 def report(
@@ -195,22 +211,16 @@ def test_a_repeated_request_id_gets_the_trial_it_started(http: httpx.Client, db:
     job = register(http)
     jid = job["job_id"]
 
-    def ask(request_id: str) -> dict:
-        r = http.get("/jobs/batch_size", params={"job_id": jid, "request_id": request_id})
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    first = ask("req-a")
-    assert ask("req-a") == first, "a retry: the same trial"
-    second = ask("req-b")
+    first = predict(http, jid, "req-a")
+    assert predict(http, jid, "req-a") == first, "a retry: the same trial"
+    second = predict(http, jid, "req-b")
     assert second["trial_number"] == first["trial_number"] + 1
     # After the trial has ended, its request still names it (no new trial).
     report(http, first, 23157, metric=0.55)
-    assert ask("req-a") == first
+    assert predict(http, jid, "req-a") == first
     # Another job may use the same name.
     other = register(http)
-    r = http.get("/jobs/batch_size", params={"job_id": other["job_id"], "request_id": "req-a"})
-    assert r.json()["trial_number"] == 1
+    assert predict(http, other["job_id"], "req-a")["trial_number"] == 1
     rows = db.query(
         "SELECT trial_number, request_id FROM bso_trial WHERE job_id = :j ORDER BY trial_number",
         j=jid,
@@ -232,16 +242,7 @@ def test_concurrent_retries_of_one_request_start_one_trial(
 ) -> None:
     with httpx.Client(base_url=server.base_url, timeout=30) as http:
         job = register(http)
-
-    def one(k: int) -> int:
-        with httpx.Client(base_url=server.base_url, timeout=30) as c:
-            params = {"job_id": job["job_id"], "request_id": f"r{k % 4}"}
-            r = c.get("/jobs/batch_size", params=params)
-            assert r.status_code == 200, r.text
-            return int(r.json()["trial_number"])
-
-    with ThreadPoolExecutor(16) as pool:
-        numbers = list(pool.map(one, range(32)))
+    numbers = predict_at_once(server, job["job_id"], [f"r{k % 4}" for k in range(32)])
     # Four requests, each sent eight times at once: four trials, each request always the same.
     assert sorted(set(numbers)) == [1, 2, 3, 4]
     for k in range(4):
@@ -254,13 +255,7 @@ def test_concurrent_predictions_get_distinct_trial_numbers(
 ) -> None:
     with httpx.Client(base_url=server.base_url, timeout=30) as http:
         job = register(http)
-
-    def one(_: int) -> int:
-        with httpx.Client(base_url=server.base_url, timeout=30) as c:
-            return predict(c, job["job_id"])["trial_number"]
-
-    with ThreadPoolExecutor(16) as pool:
-        numbers = sorted(pool.map(one, range(48)))
+    numbers = sorted(predict_at_once(server, job["job_id"], [None] * 48))
     assert numbers == list(range(1, 49))
     rows = trial_rows(db, job["job_id"])
     assert [r[0] for r in rows] == list(range(1, 49))
