@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::journal::{now_secs, ClockLocks, CorruptEntry, Entry, Journal, Kind, Original, Read};
-use super::owner::Owner;
+use super::owner::{pid_list, Owner};
 use super::{apply, SettingsError};
 use crate::device::Gpus;
 
@@ -51,13 +51,12 @@ impl fmt::Display for Notice {
                 kind,
                 holders,
             } => {
-                let pids: Vec<String> = holders.iter().map(|h| h.pid.to_string()).collect();
                 write!(
                     f,
                     "GPU {index}'s {} is also changed by running process(es) {}; the original \
                      is kept in the journal and put back when the last of them ends",
                     kind.describe(),
-                    pids.join(", ")
+                    pid_list(holders)
                 )
             }
             Notice::MovedAside { index, corrupt } => {
@@ -97,12 +96,11 @@ impl fmt::Display for Released {
                 kind,
                 holders,
             } => {
-                let pids: Vec<String> = holders.iter().map(|h| h.pid.to_string()).collect();
                 write!(
                     f,
                     "GPU {index}: {} left as running process(es) {} set it",
                     kind.describe(),
-                    pids.join(", ")
+                    pid_list(holders)
                 )
             }
         }

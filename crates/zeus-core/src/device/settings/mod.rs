@@ -110,9 +110,8 @@ impl fmt::Display for Restored {
             (Some(c), _) => write!(f, " (the original is unknown: {c})"),
             (None, []) => Ok(()),
             (None, holders) => {
-                let pids: Vec<String> = holders.iter().map(|h| h.pid.to_string()).collect();
-                let s = if pids.len() == 1 { "" } else { "es" };
-                write!(f, " (journaled by process{s} {})", pids.join(", "))
+                let s = if holders.len() == 1 { "" } else { "es" };
+                write!(f, " (journaled by process{s} {})", owner::pid_list(holders))
             }
         }
     }

@@ -105,6 +105,12 @@ impl std::fmt::Display for Owner {
     }
 }
 
+/// The owners' pids for a message: `"1234, 5678"`.
+pub fn pid_list(owners: &[Owner]) -> String {
+    let pids: Vec<String> = owners.iter().map(|o| o.pid.to_string()).collect();
+    pids.join(", ")
+}
+
 /// Whether a process with this pid exists. Permission errors mean it exists but belongs to
 /// someone else.
 pub fn pid_exists(pid: u32) -> bool {
