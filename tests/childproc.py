@@ -1,11 +1,15 @@
-"""Finishing a child process whose stdout a test has already read from."""
+"""Child processes of tests: Python snippets run in a fresh interpreter, and finishing a child
+whose stdout a test has already read from."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
+import textwrap
 import threading
-from typing import IO
+from typing import IO, Any
 
 
 def default_sigint() -> None:
@@ -51,3 +55,18 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str
         for reader in readers:
             reader.join(timeout=timeout)
     return texts.get("out", ""), texts.get("err", "")
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 120.0) -> Any:
+    """Run `code` (dedented) in a fresh interpreter with exactly `env`; the JSON of the last
+    line it prints. Fails the test, with the child's stderr, if it exits non-zero."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import zeus.device.sim
 import zeus.metric
+from childproc import run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_servers import PrometheusFactory, Pushgateway, free_port, sample_value
@@ -322,15 +323,7 @@ def test_cpu_and_dram_energy_are_pushed(pushgateway: Pushgateway) -> None:
         # 80 J (DRAM 10 J): the counters wrap inside the window.
         ZEUS_SIM_RAPL_MAX_UJ="80000000",
     )
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_python(code, env)
     lo, hi = r["lo"], r["hi"]
     for k in ("0", "1"):
         # The histogram's window against the simulator's bracketed truth.

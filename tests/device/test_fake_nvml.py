@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from childproc import run_python
 
 
 def _run(code: str, lib: Path, **env: str) -> dict:
@@ -16,11 +14,7 @@ def _run(code: str, lib: Path, **env: str) -> dict:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("ZEUS_", "CUDA_"))}
     full["LD_LIBRARY_PATH"] = f"{lib.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"
     full.update(env)
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_python(code, full)
 
 
 PYNVML_PROBE = """

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import zeus.device.sim
+from childproc import run_python
 from zeus.device import get_gpus
 from zeus.device.exception import ZeusGPUNoPermissionError
 
@@ -35,11 +36,7 @@ def _env(shared: Path, privileged: bool, **extra: str) -> dict[str, str]:
 
 
 def _run(code: str, env: dict[str, str]) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_python(code, env)
 
 
 PROCESS_A = """

@@ -9,14 +9,11 @@ each edge (`cpu_published_energy`) to the model's truth after it (`cpu_true_ener
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from childproc import run_python
 
 PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 # 80 J: the package (60-120 W) wraps about once a second, and so does its DRAM (range 10 J,
@@ -34,16 +31,7 @@ def run_child(code: str, env: dict[str, str]) -> dict:
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join([str(PYTHON_DIR), full.get("PYTHONPATH", "")])
     full.update(env)
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_python(code, full)
 
 
 def test_gpu_cpu_and_dram_within_one_percent_across_wraps(tmp_path: Path) -> None:
