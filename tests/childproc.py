@@ -57,10 +57,11 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str
     return texts.get("out", ""), texts.get("err", "")
 
 
-def run_python(code: str, env: dict[str, str], timeout: float = 120.0) -> Any:
-    """Run `code` (dedented) in a fresh interpreter with exactly `env`; the JSON of the last
-    line it prints. Fails the test, with the child's stderr, if it exits non-zero."""
-    out = subprocess.run(
+def python_child(
+    code: str, env: dict[str, str], timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` (dedented) in a fresh interpreter with exactly `env`; its outcome."""
+    return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
         capture_output=True,
@@ -68,5 +69,11 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120.0) -> Any:
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(code: str, env: dict[str, str], timeout: float = 120.0) -> Any:
+    """The JSON of the last line `python_child(code, env)` prints. Fails the test, with the
+    child's stderr, if it exits non-zero."""
+    out = python_child(code, env, timeout)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -10,13 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import textwrap
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from childproc import python_child
 
 PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
@@ -32,14 +31,7 @@ def run_child(
     }
     full["PYTHONPATH"] = os.pathsep.join([str(PYTHON_DIR), full.get("PYTHONPATH", "")])
     full.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return python_child(code, full, timeout)
 
 
 def make_zone(path: Path, name: str, energy: int, max_uj: int = 1 << 32) -> None:
