@@ -62,9 +62,16 @@ class Daemon:
 
 @contextmanager
 def running_zeusd(
-    tmp_path: Path, models: str, mode: str = "uds", extra: tuple[str, ...] = ()
+    tmp_path: Path,
+    models: str,
+    mode: str = "uds",
+    extra: tuple[str, ...] = (),
+    sim_cpus: int = 0,
 ) -> Iterator[Daemon]:
-    """Run zeusd as root over `--mode` `uds` or `tcp` until the block ends (then SIGTERM)."""
+    """Run zeusd as root over `--mode` `uds` or `tcp` until the block ends (then SIGTERM).
+
+    `sim_cpus` > 0 gives the daemon that many simulated CPU packages (`ZEUS_SIM_CPUS`).
+    """
     binary = zeusd_bin()
     if os.geteuid() != 0:
         pytest.skip("zeusd's gpu-control API group needs root; these tests run it as root")
@@ -93,6 +100,8 @@ def running_zeusd(
         ZEUS_SIM_FIDELITY="ideal",
         ZEUS_SIM_SHARED=str(tmp_path / SIM_STATE),
     )
+    if sim_cpus:
+        env["ZEUS_SIM_CPUS"] = str(sim_cpus)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         daemon = Daemon(proc, client_env, http, state_dir, log_path)
@@ -118,3 +127,15 @@ def running_zeusd(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def issue_token(key: Path, scope: str, user: str = "alice") -> str:
+    """`zeusd token issue` with signing key `key` for `user` and `scope`, valid for an hour."""
+    out = subprocess.run(
+        [str(zeusd_bin()), "token", "issue", "--signing-key-path", str(key), "--user", user]
+        + ["--scope", scope, "--expires", "1h"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()

@@ -40,7 +40,7 @@ from zeus.device.exception import (
     ZeusGPUUnknownError,
 )
 from zeus.device.zeusd import ZeusdClient, ZeusdConfig
-from zeusd_daemon import SIM_STATE, Daemon, running_zeusd, zeusd_bin
+from zeusd_daemon import SIM_STATE, Daemon, issue_token, running_zeusd
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO / "python"
@@ -202,25 +202,7 @@ def test_tokens_through_a_daemon_with_auth(tmp_path: Path) -> None:
     key.write_text("a-signing-key-for-this-test-only\n")
 
     def token(scope: str) -> str:
-        out = subprocess.run(
-            [
-                str(zeusd_bin()),
-                "token",
-                "issue",
-                "--signing-key-path",
-                str(key),
-                "--user",
-                "alice",
-                "--scope",
-                scope,
-                "--expires",
-                "1h",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return out.stdout.strip()
+        return issue_token(key, scope)
 
     code = _set_limit(0, 320_000)
     with running_zeusd(tmp_path, MODELS, "uds", ("--signing-key-path", str(key))) as daemon:

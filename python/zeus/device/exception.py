@@ -106,8 +106,12 @@ class ZeusdConfigError(ZeusdError):
     """`ZEUSD_SOCK_PATH` / `ZEUSD_HOST_PORT` are both set, or one is malformed."""
 
 
-class ZeusdConnectionError(ZeusdError):
-    """zeusd does not answer at the configured socket or address."""
+class ZeusdConnectionError(ZeusdError, ConnectionError):
+    """zeusd does not answer at the configured socket or address.
+
+    Also a `ConnectionError`: the reference's `PowerStreamingClient` raises that for a daemon it
+    cannot reach, and code written for it catches it.
+    """
 
 
 class ZeusBaseCPUError(ZeusBaseError):

@@ -62,12 +62,17 @@ def _env(environ: Mapping[str, str], name: str) -> Optional[str]:
     return value if value else None
 
 
-def _parse_host_port(value: str) -> tuple[str, int]:
-    """`host:port`, `host`, `[v6]:port` or `[v6]` from `ZEUSD_HOST_PORT`; errors name it."""
+def parse_host_port(value: str, name: str = HOST_PORT_VAR) -> tuple[str, int]:
+    """`host:port`, `host`, `[v6]:port` or `[v6]` (port 4938 when none is given).
+
+    Raises:
+        ZeusdConfigError: `value` is none of these; the message names it as `name`.
+
+    """
 
     def bad(why: str) -> ZeusdConfigError:
         return ZeusdConfigError(
-            f"{HOST_PORT_VAR}={value!r}: {why}; expected host:port (for example "
+            f"{name}={value!r}: {why}; expected host:port (for example "
             f"localhost:{DEFAULT_TCP_PORT}) or a host alone (port {DEFAULT_TCP_PORT})"
         )
 
@@ -145,7 +150,7 @@ class ZeusdConfig:
         if sock is not None:
             return cls(socket_path=sock, token=token)
         if host_port is not None:
-            host, port = _parse_host_port(host_port)
+            host, port = parse_host_port(host_port)
             return cls(host=host, port=port, token=token)
         return None
 
@@ -169,17 +174,35 @@ class ZeusdConfig:
             return "http://zeusd"
         return f"http://{self.endpoint}"
 
+    def http_client(self, timeout: httpx.Timeout) -> httpx.Client:
+        """A new `httpx.Client` for the daemon: its transport, base URL and bearer token."""
+        import httpx
+
+        headers = {}
+        if self.token is not None:
+            headers["Authorization"] = f"Bearer {self.token}"
+        transport = httpx.HTTPTransport(uds=self.socket_path) if self.socket_path else None
+        # trust_env=False: an HTTP(S)_PROXY meant for the internet must not carry the
+        # daemon's requests (nor its token) through a proxy.
+        return httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            transport=transport,
+            timeout=timeout,
+            trust_env=False,
+        )
+
     def __repr__(self) -> str:
         # Never print the token.
         token = ", token=<set>" if self.token is not None else ""
         return f"ZeusdConfig({self.variable}={self.endpoint!r}{token})"
 
 
-def _ids(gpu_ids: Iterable[int]) -> str:
-    ids = [int(i) for i in gpu_ids]
-    if not ids:
-        raise ZeusGPUInvalidArgError("no GPU index given")
-    return ",".join(str(i) for i in ids)
+def _ids(ids: Iterable[int], what: str = "GPU") -> str:
+    values = [int(i) for i in ids]
+    if not values:
+        raise ZeusGPUInvalidArgError(f"no {what} index given")
+    return ",".join(str(i) for i in values)
 
 
 def _flag(value: bool) -> str:
@@ -199,12 +222,19 @@ class ZeusdClient:
     Args:
         config: Where the daemon listens and the token.
         timeout: Seconds to wait for a reply (a blocking write can take a while on a busy GPU).
+        purpose: Why this process talks to the daemon, for the message when it does not answer
+            (for example "zeus.monitor.power_streaming streams power from it"). None: the GPU
+            write switch (`ZEUSD_SOCK_PATH` / `ZEUSD_HOST_PORT`), whose message says how to
+            start the daemon or unset the variable.
 
     """
 
-    def __init__(self, config: ZeusdConfig, timeout: float = 30.0) -> None:
+    def __init__(
+        self, config: ZeusdConfig, timeout: float = 30.0, purpose: Optional[str] = None
+    ) -> None:
         self.config = config
         self.timeout = timeout
+        self.purpose = purpose
         self._client: Optional[httpx.Client] = None
         self._lock = threading.Lock()
 
@@ -264,6 +294,18 @@ class ZeusdClient:
         """`GET /gpu/get_cumulative_energy`: energy counter per GPU, mJ."""
         data = self._request("GET", "/gpu/get_cumulative_energy", self._read_ids(gpu_ids))
         return {int(k): int(v["energy_mj"]) for k, v in data.items()}
+
+    def get_cpu_power(
+        self, cpu_ids: Optional[Iterable[int]] = None
+    ) -> tuple[float, dict[int, tuple[int, Optional[int]]]]:
+        """`GET /cpu/get_power`: (UNIX seconds, (package mW, DRAM mW or None) per CPU package)."""
+        params = {} if cpu_ids is None else {"cpu_ids": _ids(cpu_ids, "CPU")}
+        data = self._request("GET", "/cpu/get_power", params)
+        power = {
+            int(k): (int(v["cpu_mw"]), None if v.get("dram_mw") is None else int(v["dram_mw"]))
+            for k, v in data["power_mw"].items()
+        }
+        return float(data["timestamp_ms"]) / 1000.0, power
 
     def get_persistence_mode(self, gpu_ids: Optional[Iterable[int]] = None) -> dict[int, bool]:
         """`GET /gpu/get_persistence_mode`: persistence mode per GPU."""
@@ -340,30 +382,14 @@ class ZeusdClient:
                         "needs the httpx package: pip install httpx (or reinstall zeus-energy "
                         "with its dependencies)"
                     ) from e
-                headers = {}
-                if self.config.token is not None:
-                    headers["Authorization"] = f"Bearer {self.config.token}"
-                transport = (
-                    httpx.HTTPTransport(uds=self.config.socket_path)
-                    if self.config.socket_path is not None
-                    else None
-                )
-                # trust_env=False: an HTTP(S)_PROXY meant for the internet must not carry the
-                # daemon's requests (nor its token) through a proxy.
-                self._client = httpx.Client(
-                    base_url=self.config.base_url,
-                    headers=headers,
-                    transport=transport,
-                    timeout=httpx.Timeout(self.timeout, connect=5.0),
-                    trust_env=False,
-                )
+                self._client = self.config.http_client(httpx.Timeout(self.timeout, connect=5.0))
             return self._client
 
     def _unreachable(self, method: str, path: str, exc: Exception) -> ZeusdConnectionError:
         """The error for a daemon that does not answer: what is wrong with the address."""
         import httpx
 
-        where = f"{self.config.variable}={self.endpoint}"
+        where = f"{self.config.variable}={self.endpoint}" if self.purpose is None else self.endpoint
         hint = ""
         if self.config.socket_path is not None:
             sock = self.config.socket_path
@@ -385,6 +411,10 @@ class ZeusdClient:
             what = f"zeusd at {where} did not answer {method} {path} within {self.timeout:g} s"
         else:
             what = f"Cannot reach zeusd at {where} ({hint}{type(exc).__name__}: {exc})"
+        if self.purpose is not None:
+            return ZeusdConnectionError(
+                f"{what}. {self.purpose}: zeusd must be running there (for example `{start}`)."
+            )
         return ZeusdConnectionError(
             f"{what}. GPU writes go through zeusd because {self.config.variable} is set: zeusd "
             f"must be running as root there (for example `{start}`), or unset "
