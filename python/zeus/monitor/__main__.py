@@ -11,6 +11,10 @@ or one JSON object; `power` streams one row or JSON line per sample as it is tak
 `table` when stdout is not a terminal (piped rows, not a live view). Status lines and the closing
 summary of a stream go to stderr. Ctrl-C, SIGTERM or `--duration` end the run.
 
+- `stream`: live power of whole nodes from their zeusd daemons (`PowerStreamingClient`), one
+  server per argument (`host[:port]` over TCP, or the path of a Unix socket): a live table on a
+  terminal, else (or with `--format json`) one JSON line per `--interval`.
+
 - `serve`: the Prometheus exporter. It runs the bundled `zeus-monitor serve` binary in place of
   this process (so Ctrl-C and SIGTERM reach it directly); see `zeus-monitor serve --help` for the
   metrics it exposes at `/metrics`.
@@ -38,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m zeus.monitor",
         description="Measure GPU energy or power until interrupted (Ctrl-C).",
     )
-    sub = p.add_subparsers(dest="mode", required=True, metavar="{energy,power,serve}")
+    sub = p.add_subparsers(dest="mode", required=True, metavar="{energy,power,stream,serve}")
     e = sub.add_parser("energy", help="Total time and energy of the whole run.")
     w = sub.add_parser("power", help="Power per GPU over time, and energy at the end.")
     for s in (e, w):
@@ -56,6 +60,21 @@ def _parser() -> argparse.ArgumentParser:
         type=cli.positive_float,
         default=None,
         help="Seconds between samples (default: half the GPUs' power update period)",
+    )
+    t = sub.add_parser("stream", help="Live power of nodes from their zeusd daemons.")
+    t.add_argument(
+        "servers",
+        nargs="+",
+        type=_server,
+        metavar="SERVER",
+        help="a zeusd: host[:port] (TCP, port 4938 by default) or a Unix socket path",
+    )
+    t.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    t.add_argument(
+        "--interval", type=cli.positive_float, default=1.0, help="seconds between outputs"
+    )
+    t.add_argument(
+        "--duration", type=cli.positive_float, default=None, help="stop after this many s"
     )
     s = sub.add_parser(
         "serve",
@@ -97,6 +116,79 @@ def _serve(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     _exec("zeus-monitor", argv)
+
+
+def _server(value: str) -> Any:
+    """`argparse` type of a zeusd: a Unix socket path (has a `/`) or `host[:port]`."""
+    from zeus.device.exception import ZeusdConfigError
+    from zeus.device.zeusd import parse_host_port
+    from zeus.monitor.power_streaming import ZeusdTcpConfig, ZeusdUdsConfig
+
+    if "/" in value:
+        return ZeusdUdsConfig(socket_path=value)
+    try:
+        host, port = parse_host_port(value, "SERVER")
+    except ZeusdConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return ZeusdTcpConfig(host=host, port=port)
+
+
+def _stream(args: argparse.Namespace, out: TextIO, err: Console) -> None:
+    from zeus.monitor.power_streaming import PowerStreamingClient
+
+    client = PowerStreamingClient(args.servers)
+    err.print(f"Streaming power from {', '.join(s.key for s in args.servers)}; Ctrl-C to stop.")
+    live = args.format == "table" and out.isatty()
+    end = _until(args.duration)
+    try:
+        with _live_view(out, live, 4) as view:
+            while True:
+                snapshot = client.get_power()
+                if live:
+                    view.update(_stream_table(snapshot, [s.key for s in args.servers]))
+                else:
+                    print(json.dumps(_stream_row(snapshot)), file=out, flush=True)
+                if time.monotonic() + args.interval > end:
+                    break
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.stop()
+
+
+def _stream_row(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """One JSON line of `stream`: power by server and device, and the total, W."""
+    servers: dict[str, Any] = {}
+    total = 0.0
+    for key, r in snapshot.items():
+        row: dict[str, Any] = {"timestamp_s": r.timestamp_s}
+        row["gpu_w"] = {str(i): w for i, w in sorted(r.gpu_power_w.items())}
+        row["cpu_w"] = {str(i): c.cpu_w for i, c in sorted(r.cpu_power_w.items())}
+        row["dram_w"] = {
+            str(i): c.dram_w for i, c in sorted(r.cpu_power_w.items()) if c.dram_w is not None
+        }
+        total += sum(row["gpu_w"].values()) + sum(row["cpu_w"].values())
+        total += sum(row["dram_w"].values())
+        servers[key] = row
+    return {"time": time.time(), "servers": servers, "total_w": total}
+
+
+def _stream_table(snapshot: dict[str, Any], keys: list[str]) -> Table:
+    t = Table(title="zeus.monitor stream (Ctrl-C to stop)")
+    for column in ("server", "device", "power (W)"):
+        t.add_column(column, justify="right" if column == "power (W)" else "left")
+    row = _stream_row(snapshot)
+    for key in keys:
+        if key not in row["servers"]:
+            t.add_row(key, "(no connection)", "")
+            continue
+        for kind, watts in row["servers"][key].items():
+            if kind != "timestamp_s":
+                for i, w in watts.items():
+                    t.add_row(key, f"{kind[:-2].upper()}{i}", f"{w:.1f}")
+    t.add_row("total", "", f"{row['total_w']:.1f}")
+    return t
 
 
 def _sigterm_as_interrupt() -> None:
@@ -261,6 +353,8 @@ def _main(argv: list[str]) -> int:
     err = Console(stderr=True)
     if args.mode == "energy":
         _energy(args, sys.stdout, err)
+    elif args.mode == "stream":
+        _stream(args, sys.stdout, err)
     else:
         _power(args, sys.stdout, err)
     return 0
