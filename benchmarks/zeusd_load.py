@@ -36,9 +36,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def start(sock: Path, state: Path) -> subprocess.Popen:
-    env = dict(os.environ, ZEUS_GPU_BACKEND="sim", ZEUS_SIM_GPUS="A40,A40")
+def start(
+    sock: Path, state: Path, models: str = "A40,A40", groups: str = "gpu-read,gpu-control"
+) -> subprocess.Popen:
+    """zeusd on simulated GPUs `models` (and no CPU), serving API `groups` on socket `sock`."""
+    env = dict(os.environ, ZEUS_GPU_BACKEND="sim", ZEUS_SIM_GPUS=models)
     env.pop("ZEUS_SIM_CPUS", None)
+    env.pop("ZEUS_SIM_SHARED", None)
     proc = subprocess.Popen(
         [
             str(BIN),
@@ -50,7 +54,7 @@ def start(sock: Path, state: Path) -> subprocess.Popen:
             "--state-dir",
             str(state),
             "--enable",
-            "gpu-read,gpu-control",
+            groups,
         ],
         env=env,
         stderr=subprocess.DEVNULL,
