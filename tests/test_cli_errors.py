@@ -102,6 +102,18 @@ CASES = {
         2,
         "--duration",
     ),
+    "monitor stream without a daemon": (
+        ["-m", "zeus.monitor", "stream", "/nonexistent/zeusd.sock"],
+        {},
+        1,
+        "Cannot reach zeusd at /nonexistent/zeusd.sock",
+    ),
+    "monitor stream bad server": (
+        ["-m", "zeus.monitor", "stream", "node1:0"],
+        {},
+        2,
+        "SERVER='node1:0'",
+    ),
     "device restore without NVML": (["-m", "zeus.device", "restore"], NO_NVML, 1, "NVML"),
     "demo negative seconds": (["-m", "zeus.demo", "--seconds", "-1"], SIM, 2, "--seconds"),
     "demo without NVML": (["-m", "zeus.demo"], NO_NVML, 1, "NVML"),
@@ -151,6 +163,8 @@ def test_expected_errors_are_one_line_and_a_hint(case: str):
         assert "pip install 'zeus-energy[bso-server]'" in lines[1]
     if case == "perseus without its extra":
         assert "pip install 'zeus-energy[perseus]'" in lines[1]
+    if case == "monitor stream without a daemon":
+        assert "zeusd runs there" in lines[1]
 
 
 def test_debug_shows_the_traceback():

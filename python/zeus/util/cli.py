@@ -151,13 +151,23 @@ def describe(error: BaseException, extra: str | None = None) -> CliError | None:
             f"install the {needed!r} extra: pip install 'zeus-energy[{needed}]' "
             f"(from a clone: pip install '.[{needed}]')",
         )
-    from zeus.device.exception import ZeusBaseGPUError, ZeusGPULibraryNotFoundError
+    from zeus.device.exception import (
+        ZeusBaseGPUError,
+        ZeusdConnectionError,
+        ZeusGPULibraryNotFoundError,
+    )
 
     if isinstance(error, ZeusGPULibraryNotFoundError):
         return CliError(
             "NVML (libnvidia-ml.so.1) could not be loaded: no NVIDIA GPU can be used",
             "on a machine without one, ZEUS_GPU_BACKEND=sim uses the simulated GPU; "
             "python -m zeus.show_env shows what zeus finds",
+        )
+    if isinstance(error, ZeusdConnectionError):
+        return CliError(
+            _one_line(error),
+            "check the address and that zeusd runs there (systemctl status zeusd, or start it "
+            "as the message shows)",
         )
     if isinstance(error, ZeusBaseGPUError):
         return CliError(_one_line(error), "python -m zeus.show_env shows what zeus finds")
