@@ -285,9 +285,17 @@ class ZeusMonitor:
         cpus: CPUs | None = None,
         cpu_indices: list[int] | None = None,
     ) -> PowerMonitor | None: ...
-    def begin_window(self, key: str, sync_cuda: bool = True) -> None: ...
+    def begin_window(
+        self, key: str, sync_cuda: bool | None = None, *, sync_execution: bool | None = None
+    ) -> None: ...
     def end_window(
-        self, key: str, sync_cuda: bool = True, cancel: bool = False, exact: bool = False
+        self,
+        key: str,
+        sync_cuda: bool | None = None,
+        cancel: bool = False,
+        exact: bool = False,
+        *,
+        sync_execution: bool | None = None,
     ) -> Measurement: ...
     @property
     def reads(self) -> str: ...

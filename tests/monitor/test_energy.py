@@ -289,6 +289,56 @@ def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
     assert calls == [1, 0, 1, 0]
 
 
+def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch):
+    sim_gpus("A40")
+    calls: list[int] = []
+    import zeus.monitor.energy as energy
+
+    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    monkeypatch.setattr(energy, "cuda_sync", calls.append)
+    mon = ZeusMonitor()
+    mon.begin_window("w", sync_execution=False)
+    zeus.device.sim.advance(1.0)
+    mon.end_window("w", sync_execution=True)
+    assert calls == [0]
+    mon.begin_window("v", sync_cuda=False, sync_execution=False)  # agreeing is fine
+    with pytest.raises(ValueError, match="sync_cuda=True and sync_execution=False disagree"):
+        mon.end_window("v", sync_cuda=True, sync_execution=False)
+    assert "v" in mon.measurement_states  # the refused call closed nothing
+    mon.end_window("v", sync_execution=False)
+    assert calls == [0]
+
+
+def test_sync_execution_with_picks_the_framework(sim_gpus, monkeypatch):
+    sim_gpus("A40,V100")
+    import zeus.monitor.energy as energy
+
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(energy, "syncer", lambda name: lambda i: calls.append((name, i)))
+    monkeypatch.setattr(energy, "cuda_sync", lambda i: calls.append(("auto", i)))
+    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    mon = ZeusMonitor(gpu_indices=[1], sync_execution_with="jax")
+    mon.begin_window("w")
+    assert calls == [("jax", 1)]
+    with pytest.raises(ValueError, match="sync_execution_with='tensorflow'"):
+        ZeusMonitor(sync_execution_with="tensorflow")  # type: ignore[arg-type]
+
+
+def test_a_framework_without_a_gpu_syncs_nothing():
+    from zeus.util import framework
+    from zeus.util.framework import sync_execution, syncer
+
+    if framework.sync_available():
+        pytest.skip("a framework sees a GPU here")
+    # No framework sees a GPU: none can have queued work.
+    for name in ("torch", "jax", "cupy"):
+        assert syncer(name) is None
+        with pytest.raises(RuntimeError, match=f"sync_with='{name}'"):
+            sync_execution([0], sync_with=name)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sync_with='mxnet'"):
+        syncer("mxnet")
+
+
 def test_measurement_states_show_open_windows(sim_gpus):
     sim_gpus("A40,P100")
     mon = ZeusMonitor()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+from functools import partial
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
@@ -16,7 +17,7 @@ from zeus import _core
 from zeus.device import GPUs, get_gpus
 from zeus.device.cpu import get_cpus
 from zeus.monitor.power import PowerMonitor
-from zeus.util.framework import cuda_sync, sync_available
+from zeus.util.framework import FRAMEWORKS, SyncWith, cuda_sync, sync_available, syncer
 
 Measurement = _core.Measurement
 
@@ -53,7 +54,8 @@ class ZeusMonitor(_core.ZeusMonitor):
 
     Methods (implemented in Rust):
         begin_window(key, sync_cuda=True): Open window `key`. Raises `ValueError` if a window
-            with that name is already open.
+            with that name is already open. `sync_execution` (keyword) is Zeus 0.16's name of
+            `sync_cuda`.
         end_window(key, sync_cuda=True, cancel=False, exact=False) -> Measurement: Close window
             `key` and return its time and energy. Raises `ValueError` if it is not open. With
             `cancel` the measurement is all zeros and nothing is logged. With `exact`, cached
@@ -70,9 +72,10 @@ class ZeusMonitor(_core.ZeusMonitor):
     `cpu_indices=list(range(len(get_cpus())))` for every package.
 
     `sync_cuda` waits for queued GPU work first (PyTorch, JAX or CuPy, whichever is present
-    with CUDA; a no-op without one). Windows shorter than the energy counter's update period
-    warn once per name (`UserWarning`); so does a large disagreement between a counter and the
-    power timeline of `power_monitor`, when one is given.
+    with CUDA; a no-op without one; `sync_execution_with` names the framework instead).
+    Windows shorter than the energy counter's update period warn once per name
+    (`UserWarning`); so does a large disagreement between a counter and the power timeline of
+    `power_monitor`, when one is given.
 
     Attributes:
         gpus: The `zeus.device.GPUs` object (`None` for a CPU-only monitor).
@@ -96,6 +99,7 @@ class ZeusMonitor(_core.ZeusMonitor):
         power_monitor: PowerMonitor | None = None,
         reads: Literal["auto", "cached", "direct"] = "auto",
         cpu_indices: Sequence[int] | None = None,
+        sync_execution_with: SyncWith | None = None,
     ) -> None:
         """Set up the monitor.
 
@@ -114,11 +118,16 @@ class ZeusMonitor(_core.ZeusMonitor):
             cpu_indices: CPU packages to monitor (RAPL package and DRAM energy). `None` (the
                 default) monitors no CPU; see the class docstring. With CPUs, `gpu_indices`
                 may be `[]` for a CPU-only monitor (no GPU backend is opened then).
+            sync_execution_with: The framework whose queued work a window sync waits for:
+                `"torch"`, `"jax"` or `"cupy"` (Zeus 0.16's argument). `None` (the default)
+                takes whichever is present with a GPU. A framework that is not installed or
+                sees no GPU makes the sync a no-op, as nothing can have been queued through it.
 
         Raises:
             ValueError: `gpu_indices` is empty without CPUs, repeats a GPU or names one that
                 is not visible; `cpu_indices` is empty, repeats or names a missing package;
-                or `reads` is not one of the three modes.
+                `reads` is not one of the three modes; or `sync_execution_with` is not a
+                framework name.
             ZeusRAPLNotSupportedError: CPUs were asked for and no RAPL zone exists.
             ZeusRAPLPermissionError: CPUs were asked for and an `energy_uj` file is not
                 readable (the message names it and says what to do).
@@ -126,6 +135,14 @@ class ZeusMonitor(_core.ZeusMonitor):
         """
         indices = _check_indices("gpu_indices", gpu_indices)
         cpus = _check_indices("cpu_indices", cpu_indices)
+        if sync_execution_with is not None and sync_execution_with not in FRAMEWORKS:
+            raise ValueError(
+                f"sync_execution_with={sync_execution_with!r}: expected one of "
+                f"{', '.join(repr(f) for f in FRAMEWORKS)} or None"
+            )
+        resolve_sync = (
+            _resolve_sync if sync_execution_with is None else partial(syncer, sync_execution_with)
+        )
         cpu_only = indices == [] and cpus is not None
         self.gpus: GPUs | None = None if cpu_only else get_gpus()
         path = None
@@ -136,7 +153,7 @@ class ZeusMonitor(_core.ZeusMonitor):
             indices,
             bool(approx_instant_energy),
             path,
-            _resolve_sync,
+            resolve_sync,
             power_monitor,
             reads,
             None if cpus is None else get_cpus(),

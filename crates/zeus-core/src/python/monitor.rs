@@ -820,6 +820,28 @@ fn sync_all(py: Python<'_>, st: &MonitorState) -> PyResult<()> {
     Ok(())
 }
 
+/// Whether a window edge syncs: `sync_cuda` (zeus 0.8) or `sync_execution` (Zeus 0.16's name of
+/// the same flag), true when neither is given.
+fn sync_flag(sync_cuda: Option<bool>, sync_execution: Option<bool>) -> PyResult<bool> {
+    match (sync_cuda, sync_execution) {
+        (Some(a), Some(b)) if a != b => Err(PyValueError::new_err(format!(
+            "sync_cuda={} and sync_execution={} disagree: they are one setting \
+             (sync_execution is its Zeus 0.16 name), give one",
+            py_bool(a),
+            py_bool(b)
+        ))),
+        (a, b) => Ok(a.or(b).unwrap_or(true)),
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
 #[pymethods]
 impl PyZeusMonitor {
     /// Accepts and ignores any arguments, so Python subclasses may define their own
@@ -905,10 +927,16 @@ impl PyZeusMonitor {
     }
 
     /// Open measurement window `key` (see `zeus.monitor.ZeusMonitor`).
-    #[pyo3(signature = (key, sync_cuda = true))]
-    fn begin_window(&self, py: Python<'_>, key: PyBackedStr, sync_cuda: bool) -> PyResult<()> {
+    #[pyo3(signature = (key, sync_cuda = None, *, sync_execution = None))]
+    fn begin_window(
+        &self,
+        py: Python<'_>,
+        key: PyBackedStr,
+        sync_cuda: Option<bool>,
+        sync_execution: Option<bool>,
+    ) -> PyResult<()> {
         let st = self.state()?;
-        if sync_cuda {
+        if sync_flag(sync_cuda, sync_execution)? {
             sync_all(py, st)?;
         }
         // The GIL is kept: the reads take a microsecond or so, and releasing and retaking it
@@ -919,16 +947,18 @@ impl PyZeusMonitor {
 
     /// Close measurement window `key` and return its `Measurement` (see
     /// `zeus.monitor.ZeusMonitor`).
-    #[pyo3(signature = (key, sync_cuda = true, cancel = false, exact = false))]
+    #[pyo3(signature = (key, sync_cuda = None, cancel = false, exact = false, *, sync_execution = None))]
     fn end_window(
         &self,
         py: Python<'_>,
         key: PyBackedStr,
-        sync_cuda: bool,
+        sync_cuda: Option<bool>,
         cancel: bool,
         exact: bool,
+        sync_execution: Option<bool>,
     ) -> PyResult<Py<PyMeasurement>> {
         let st = self.state()?;
+        let sync_cuda = sync_flag(sync_cuda, sync_execution)?;
         // Instantaneous power is read before the sync, as the reference does: the sync waits
         // for the kernels whose power we want to see.
         let instant = if st.approx && !cancel {
