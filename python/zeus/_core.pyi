@@ -288,6 +288,7 @@ class ZeusMonitor:
     def begin_window(
         self, key: str, sync_cuda: bool | None = None, *, sync_execution: bool | None = None
     ) -> None: ...
+    def _set_short_window_warnings(self, on: bool) -> None: ...
     def end_window(
         self,
         key: str,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import sys
+import types
 import warnings
 from pathlib import Path
 
@@ -270,11 +272,21 @@ def test_bad_gpu_indices(sim_gpus, indices, match):
         ZeusMonitor(gpu_indices=indices)
 
 
+def _imported(monkeypatch, *names: str) -> None:
+    """Make only `names` of the GPU frameworks look imported (as stand-in modules)."""
+    for name in ("torch", "jax", "cupy"):
+        if name in names:
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        else:
+            monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
     sim_gpus("A40,V100")
     calls: list[int] = []
     import zeus.monitor.energy as energy
 
+    _imported(monkeypatch, "torch")
     monkeypatch.setattr(energy, "sync_available", lambda: True)
     monkeypatch.setattr(energy, "cuda_sync", calls.append)
     mon = ZeusMonitor(gpu_indices=[1, 0])
@@ -294,6 +306,7 @@ def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch):
     calls: list[int] = []
     import zeus.monitor.energy as energy
 
+    _imported(monkeypatch, "torch")
     monkeypatch.setattr(energy, "sync_available", lambda: True)
     monkeypatch.setattr(energy, "cuda_sync", calls.append)
     mon = ZeusMonitor()
@@ -317,11 +330,32 @@ def test_sync_execution_with_picks_the_framework(sim_gpus, monkeypatch):
     monkeypatch.setattr(energy, "syncer", lambda name: lambda i: calls.append((name, i)))
     monkeypatch.setattr(energy, "cuda_sync", lambda i: calls.append(("auto", i)))
     monkeypatch.setattr(energy, "sync_available", lambda: True)
+    _imported(monkeypatch)
     mon = ZeusMonitor(gpu_indices=[1], sync_execution_with="jax")
+    mon.begin_window("w", sync_cuda=False)
+    mon.end_window("w")  # JAX is not imported: nothing can be queued through it
+    _imported(monkeypatch, "jax", "torch")
     mon.begin_window("w")
     assert calls == [("jax", 1)]
     with pytest.raises(ValueError, match="sync_execution_with='tensorflow'"):
         ZeusMonitor(sync_execution_with="tensorflow")  # type: ignore[arg-type]
+
+
+def test_sync_imports_no_framework_and_finds_one_imported_later(sim_gpus, monkeypatch):
+    sim_gpus("A40")
+    import zeus.monitor.energy as energy
+
+    calls: list[int] = []
+    monkeypatch.setattr(energy, "cuda_sync", calls.append)
+    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    _imported(monkeypatch)
+    mon = ZeusMonitor()
+    mon.begin_window("w")
+    assert not any(name in sys.modules for name in ("torch", "jax", "cupy"))  # none imported
+    assert calls == []
+    _imported(monkeypatch, "torch")  # the program imports a framework after its first window
+    mon.end_window("w")
+    assert calls == [0]
 
 
 def test_a_framework_without_a_gpu_syncs_nothing():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Callable, Literal, Sequence
@@ -28,8 +29,20 @@ atexit.register(_core.stop_sampler)
 
 
 def _resolve_sync() -> Callable[[int], None] | None:
-    # Looked up when a window first asks for a sync (checking for PyTorch imports it).
+    """The framework's sync, looked up when a window asks for one, or None.
+
+    Only a framework the program has imported can have queued GPU work, so none is imported
+    here (importing PyTorch takes seconds): without one this is None, and the next window
+    asks again.
+    """
+    if not any(name in sys.modules for name in FRAMEWORKS):
+        return None
     return cuda_sync if sync_available() else None
+
+
+def _resolve_sync_with(framework: SyncWith) -> Callable[[int], None] | None:
+    """`_resolve_sync` for one named framework."""
+    return syncer(framework) if framework in sys.modules else None
 
 
 class ZeusMonitor(_core.ZeusMonitor):
@@ -141,7 +154,9 @@ class ZeusMonitor(_core.ZeusMonitor):
                 f"{', '.join(repr(f) for f in FRAMEWORKS)} or None"
             )
         resolve_sync = (
-            _resolve_sync if sync_execution_with is None else partial(syncer, sync_execution_with)
+            _resolve_sync
+            if sync_execution_with is None
+            else partial(_resolve_sync_with, sync_execution_with)
         )
         cpu_only = indices == [] and cpus is not None
         self.gpus: GPUs | None = None if cpu_only else get_gpus()

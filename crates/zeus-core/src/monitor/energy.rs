@@ -244,6 +244,9 @@ pub struct EnergyMonitor {
     own_col: Vec<Option<usize>>,
     check_col: Vec<Option<usize>>,
     warned_short: HashSet<String>,
+    /// Whether windows shorter than the counter's update period warn (off for windows cut by
+    /// a program at boundaries of its own, not the caller's).
+    warn_short: bool,
     log: Option<BufWriter<File>>,
     cpu: Option<CpuPart>,
     /// Reusable buffers: keys and counter vectors of closed windows, and end readings.
@@ -389,6 +392,7 @@ impl EnergyMonitor {
             own_power,
             check_power,
             warned_short: HashSet::new(),
+            warn_short: true,
             spare_keys: Vec::new(),
             spare_counters: Vec::new(),
             scratch: Vec::new(),
@@ -480,6 +484,11 @@ impl EnergyMonitor {
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// Turn the warning for windows shorter than the counter's update period on or off.
+    pub fn set_short_window_warnings(&mut self, on: bool) {
+        self.warn_short = on;
     }
 
     /// The power monitor of the GPUs without a counter, if any.
@@ -716,7 +725,10 @@ impl EnergyMonitor {
             }
             energy.push((i, e));
         }
-        if time < self.slowest_counter_period() && !self.warned_short.contains(key) {
+        if self.warn_short
+            && time < self.slowest_counter_period()
+            && !self.warned_short.contains(key)
+        {
             self.warned_short.insert(key.to_owned());
             warnings.push(format!(
                 "Measurement window '{key}' lasted {} s, shorter than the GPU energy counter's \

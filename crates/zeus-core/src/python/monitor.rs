@@ -771,7 +771,8 @@ struct MonitorState {
     /// the first window that asks for a sync, so that merely creating a monitor never imports
     /// a framework (importing PyTorch takes seconds).
     resolve_sync: Option<Py<PyAny>>,
-    sync: OnceLock<Option<Py<PyAny>>>,
+    /// The framework's sync, once `resolve_sync` found one.
+    sync: OnceLock<Py<PyAny>>,
     approx: bool,
 }
 
@@ -798,24 +799,24 @@ fn lock(m: &Mutex<EnergyMonitor>) -> MutexGuard<'_, EnergyMonitor> {
 
 fn sync_all(py: Python<'_>, st: &MonitorState) -> PyResult<()> {
     let sync = match st.sync.get() {
-        Some(s) => s,
+        Some(f) => f,
         None => {
-            let resolved = match &st.resolve_sync {
-                None => None,
-                Some(r) => {
-                    let f = r.call0(py)?;
-                    (!f.is_none(py)).then_some(f)
-                }
+            let Some(resolve) = &st.resolve_sync else {
+                return Ok(());
             };
+            let f = resolve.call0(py)?;
+            if f.is_none(py) {
+                // No framework to sync with yet: ask again next time (one may be imported
+                // later; until then nothing can have been queued through it).
+                return Ok(());
+            }
             // Another thread may have won the race; either result is the same function.
-            let _ = st.sync.set(resolved);
+            let _ = st.sync.set(f);
             st.sync.get().expect("just set")
         }
     };
-    if let Some(f) = sync {
-        for &i in &st.indices {
-            f.call1(py, (i,))?;
-        }
+    for &i in &st.indices {
+        sync.call1(py, (i,))?;
     }
     Ok(())
 }
@@ -992,6 +993,13 @@ impl PyZeusMonitor {
             warn(py, &out.warnings)?;
         }
         make_measurement(py, out.measurement)
+    }
+
+    /// Turn off (or on) the warning for windows shorter than the counter's update period, for
+    /// monitors whose windows are cut at boundaries of a program's own (`zeus.monitor.carbon`).
+    fn _set_short_window_warnings(&self, on: bool) -> PyResult<()> {
+        lock(&self.state()?.core).set_short_window_warnings(on);
+        Ok(())
     }
 
     /// Open windows: `{key: (start_time, {gpu_index: start_energy_J})}` for GPUs with an
