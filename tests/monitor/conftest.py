@@ -10,6 +10,7 @@ from typing import Iterator
 
 import pytest
 from childproc import finish
+from local_api import LocalApi
 
 BIN = Path(__file__).resolve().parents[2] / "python" / "zeus" / "_bin" / "zeus-monitor"
 
@@ -57,3 +58,11 @@ def exporter(tmp_path: Path) -> Iterator[str]:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def api() -> Iterator[LocalApi]:
+    """A local server answering as a remote JSON API (`LocalApi.routes`)."""
+    server = LocalApi()
+    yield server
+    server.close()

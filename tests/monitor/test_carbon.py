@@ -4,22 +4,17 @@ periods last a fraction of a second."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
-from urllib.parse import parse_qs, urlparse
+from typing import Callable
 
 import pytest
 from childproc import run_python
-from hypothesis import given
-from hypothesis import strategies as st
+from local_api import LocalApi
 from zeus.monitor.carbon import (
     CarbonEmissionMonitor,
     CarbonIntensityProvider,
@@ -28,45 +23,7 @@ from zeus.monitor.carbon import (
     ZeusCarbonIntensityHTTPError,
     ZeusCarbonIntensityNotFoundError,
     get_ip_lat_long,
-    weighted_emission,
 )
-
-
-class FakeApi:
-    """A local server answering `GET <path>` with `routes[path]` = (status, JSON body)."""
-
-    def __init__(self) -> None:
-        self.routes: dict[str, tuple[int, Any]] = {}
-        self.requests: list[tuple[str, dict[str, list[str]], dict[str, str]]] = []
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                url = urlparse(self.path)
-                api.requests.append((url.path, parse_qs(url.query), dict(self.headers)))
-                status, body = api.routes.get(url.path, (404, {"error": "no such path"}))
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    fake = FakeApi()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
-
 
 LATEST = {"zone": "US-MIDW-MISO", "carbonIntensity": 412, "datetime": "2026-11-23T21:00:00.000Z"}
 HISTORY = {
@@ -80,7 +37,7 @@ HISTORY = {
 
 
 def test_client_reads_latest_and_history_with_its_parameters(
-    api: FakeApi, monkeypatch: pytest.MonkeyPatch
+    api: LocalApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ELECTRICITYMAPS_API_KEY", raising=False)
     api.routes = {
@@ -115,7 +72,7 @@ def test_client_reads_latest_and_history_with_its_parameters(
     assert "auth-token" not in api.requests[-1][2]
 
 
-def test_client_errors_say_what_went_wrong(api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_client_errors_say_what_went_wrong(api: LocalApi, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ELECTRICITYMAPS_API_KEY", raising=False)
     client = ElectricityMapsClient((10, 20), base_url=f"{api.url}/v3")
     api.routes = {"/v3/carbon-intensity/latest": (401, {"error": "missing token"})}
@@ -129,8 +86,7 @@ def test_client_errors_say_what_went_wrong(api: FakeApi, monkeypatch: pytest.Mon
         client.get_current_carbon_intensity()
     with pytest.raises(ZeusCarbonIntensityNotFoundError, match="no carbon-intensity history"):
         client.get_recent_carbon_intensity()
-    api.server.shutdown()
-    api.server.server_close()
+    api.close()
     with pytest.raises(ZeusCarbonIntensityHTTPError, match="Cannot reach ElectricityMaps"):
         client.get_current_carbon_intensity()
     with pytest.raises(ValueError, match=r"location=\(91, 0\)"):
@@ -139,7 +95,7 @@ def test_client_errors_say_what_went_wrong(api: FakeApi, monkeypatch: pytest.Mon
         ElectricityMapsClient((0, 0), emission_factor_type="indirect")  # type: ignore[arg-type]
 
 
-def test_location_of_this_machine(api: FakeApi) -> None:
+def test_location_of_this_machine(api: LocalApi) -> None:
     api.routes = {"/json": (200, {"ip": "192.0.2.1", "loc": "42.2776,-83.7409"})}
     assert get_ip_lat_long(f"{api.url}/json") == (42.2776, -83.7409)
     api.routes = {"/json": (200, {"ip": "192.0.2.1"})}
@@ -198,7 +154,7 @@ def _mean_intensity(provider: Steps, t0: float, t1: float) -> float:
 
 
 def _slicer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "zeus-carbon-slicer"]
+    return [t for t in threading.enumerate() if t.name == "zeus-period-slicer"]
 
 
 def _wait_no_slicer() -> None:
@@ -307,26 +263,3 @@ def test_a_period_without_intensity_keeps_the_energy(sim_gpus: Callable[..., obj
     with pytest.raises(ValueError, match="does not exist"):
         monitor.end_window("w")  # closed
     _wait_no_slicer()
-
-
-@given(
-    energy=st.floats(0, 1e7),
-    slices=st.lists(st.tuples(st.floats(0, 1e6), st.floats(0, 2000)), min_size=1, max_size=30),
-)
-def test_emission_stays_within_the_slices_intensities(
-    energy: float, slices: list[tuple[float, float]]
-) -> None:
-    energies, intensities = [e for e, _ in slices], [i for _, i in slices]
-    g = weighted_emission(energy, energies, intensities)
-    kwh = energy / 3.6e6
-    assert min(intensities) * kwh * (1 - 1e-9) <= g <= max(intensities) * kwh * (1 + 1e-9)
-    if len(set(intensities)) == 1:
-        assert g == pytest.approx(kwh * intensities[0])
-
-
-def test_emission_weights_by_slice_energy() -> None:
-    # 3.6 MJ = 1 kWh; three quarters of it at 400 g/kWh, one quarter at 100 g/kWh.
-    assert weighted_emission(3.6e6, [300.0, 100.0], [400.0, 100.0]) == pytest.approx(325.0)
-    assert weighted_emission(3.6e6, [0.0, 0.0], [400.0, 100.0]) == pytest.approx(250.0)
-    with pytest.raises(ValueError):
-        weighted_emission(1.0, [1.0], [])

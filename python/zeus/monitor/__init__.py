@@ -5,8 +5,9 @@
 - `PowerMonitor`: a background sampler of GPU power with `get_energy` / `get_power`.
 - `TemperatureMonitor`: GPU temperature over time, read by the shared sampler thread.
 - `python -m zeus.monitor energy|power`: the same from the command line.
-- `zeus.monitor.carbon.CarbonEmissionMonitor`: windows' carbon emission, each hour's energy at
-  that hour's grid intensity (ElectricityMaps).
+- `zeus.monitor.carbon.CarbonEmissionMonitor` and `zeus.monitor.price.EnergyCostMonitor`:
+  windows' carbon emission and electricity cost, each hour's energy at that hour's grid
+  intensity (ElectricityMaps) or tariff rate (OpenEI).
 - `zeus.monitor.power_streaming.PowerStreamingClient`: live power of whole nodes from their
   zeusd daemons (imported from its module; `python -m zeus.monitor stream`).
 """

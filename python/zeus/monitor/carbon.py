@@ -16,11 +16,10 @@ m = monitor.end_window("training")
 m.gpu_energy[0], m.gpu_carbon_emission[0]  # J, gCO2eq
 ```
 
-How the split works: while any window is open, one thread (not a process, as in the
-reference) wakes at each period boundary and cuts every open window's running slice there;
-slices are windows of an internal `ZeusMonitor`, so cutting costs microseconds. The thread
-fetches the intensity of the period that just ended, so a window longer than the feed's
-history (24 hours for ElectricityMaps) still has every hour's value. `end_window` fetches the
+How the split works (`zeus.monitor.periods`): while any window is open, one thread (not a
+process, as in the reference) cuts every open window at each period boundary, and fetches
+the intensity of the period that just ended, so a window longer than the feed's history (24
+hours for ElectricityMaps) still has every hour's value. `end_window` fetches the
 current period's value (once per period). Each device's emission is its window energy times
 the slices' intensities weighted by that device's slice energies.
 
@@ -30,19 +29,17 @@ Units: energy in J, intensity in gCO2eq/kWh, emission in gCO2eq.
 from __future__ import annotations
 
 import abc
-import itertools
 import logging
 import os
-import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Optional
 
 import httpx
 
 from zeus.exception import ZeusBaseError
-from zeus.monitor.energy import Measurement, ZeusMonitor
+from zeus.monitor.energy import Measurement
+from zeus.monitor.periods import PeriodWindows, charge_devices
 from zeus.util.framework import SyncWith
 
 __all__ = [
@@ -58,9 +55,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-JOULES_PER_KWH = 3.6e6
 API_KEY_VAR = "ELECTRICITYMAPS_API_KEY"
-SLICE_PREFIX = "__zeus_carbon_slice"
+
 
 class ZeusCarbonIntensityHTTPError(ZeusBaseError):
     """The carbon-intensity service could not be reached or answered with an error status."""
@@ -292,34 +288,6 @@ class CarbonEmissionMeasurement:
     dram_carbon_emission: Optional[dict[int, float]] = None
 
 
-def weighted_emission(
-    energy_j: float, slice_energies_j: Sequence[float], intensities: Sequence[float]
-) -> float:
-    """Emission (gCO2eq) of `energy_j` at the slices' intensities (gCO2eq/kWh).
-
-    The energy is spread over the slices as `slice_energies_j` spread: the slices only weigh
-    the intensities, the emission is of the window's own energy. Slices without energy (all
-    zero) weigh equally.
-    """
-    if len(slice_energies_j) != len(intensities) or not intensities:
-        raise ValueError("one intensity per slice, and at least one slice")
-    total = sum(slice_energies_j)
-    if total > 0:
-        mean = sum(e / total * i for e, i in zip(slice_energies_j, intensities))
-    else:
-        mean = sum(intensities) / len(intensities)
-    return energy_j / JOULES_PER_KWH * mean
-
-
-@dataclass
-class _Window:
-    """An open window: its finished slices (period start, measurement) and the running one."""
-
-    slices: list[tuple[datetime, Measurement]] = field(default_factory=list)
-    running: str = ""
-    period: datetime = datetime.min.replace(tzinfo=timezone.utc)
-
-
 class CarbonEmissionMonitor:
     """Measure time, energy and carbon emission of code windows (Zeus 0.16's API).
 
@@ -342,26 +310,15 @@ class CarbonEmissionMonitor:
         sync_execution_with: Optional[SyncWith] = None,
     ) -> None:
         self.carbon_intensity_provider = carbon_intensity_provider
-        self._period = carbon_intensity_provider.update_period
-        if self._period <= timedelta(0):
-            raise ValueError(f"the provider's update_period {self._period} is not positive")
-        self.zeus_monitor = ZeusMonitor(
-            gpu_indices=gpu_indices,
-            cpu_indices=cpu_indices,
-            sync_execution_with=sync_execution_with,
+        self._windows = PeriodWindows(
+            carbon_intensity_provider.update_period,
+            gpu_indices,
+            cpu_indices,
+            sync_execution_with,
+            on_periods_ended=self._fetch_intensities,
         )
-        # Slices on their own monitor, whose names stay out of the caller's. Cut at period
-        # boundaries, some are short: the short-window warning is for the caller's windows.
-        self._slices = ZeusMonitor(
-            gpu_indices=self.zeus_monitor.gpu_indices, cpu_indices=cpu_indices
-        )
-        self._slices._set_short_window_warnings(False)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._windows: dict[str, _Window] = {}
+        self.zeus_monitor = self._windows.monitor
         self._intensity: dict[datetime, float] = {}  # by period start
-        self._names = itertools.count()
-        self._cutter: Optional[threading.Thread] = None
 
     @property
     def gpu_indices(self) -> list[int]:
@@ -380,22 +337,7 @@ class CarbonEmissionMonitor:
             ValueError: a window named `key` is already open.
 
         """
-        with self._lock:
-            if key in self._windows:
-                raise ValueError(f"Measurement window '{key}' already exists")
-            self.zeus_monitor.begin_window(key, sync_execution=sync_execution)
-            window = _Window()
-            try:
-                self._start_slice(window, self._period_start(datetime.now(timezone.utc)))
-            except BaseException:
-                self.zeus_monitor.end_window(key, sync_execution=False, cancel=True)
-                raise
-            self._windows[key] = window
-            if self._cutter is None:
-                self._cutter = threading.Thread(
-                    target=self._cut_at_boundaries, name="zeus-carbon-slicer", daemon=True
-                )
-                self._cutter.start()
+        self._windows.begin_window(key, sync_execution)
 
     def end_window(self, key: str, sync_execution: bool = True) -> CarbonEmissionMeasurement:
         """Close window `key` and return its time, energy and emission.
@@ -409,19 +351,9 @@ class CarbonEmissionMonitor:
                 energy.
 
         """
-        with self._lock:
-            if key not in self._windows:
-                raise ValueError(f"Measurement window '{key}' does not exist")
-            window = self._windows[key]
-            periods = {p for p, _ in window.slices} | {window.period}
-        # Fetched before closing anything, and outside the lock so that a slow provider does
-        # not hold up the slicer: an unreachable provider leaves the window open.
-        self._fetch_intensities(periods)
-        with self._lock:
-            m = self.zeus_monitor.end_window(key, sync_execution=sync_execution)
-            slices = [*window.slices, (window.period, self._slices.end_window(window.running))]
-            del self._windows[key]
-            self._wake.notify_all()
+        # Fetched before closing anything: an unreachable provider leaves the window open.
+        self._fetch_intensities(self._windows.periods(key))
+        m, slices = self._windows.end_window(key, sync_execution)
         try:  # A boundary passed meanwhile: its period is new.
             self._fetch_intensities({p for p, _ in slices})
         except ZeusBaseError as e:
@@ -436,81 +368,33 @@ class CarbonEmissionMonitor:
             )
         values = [float(i) for i in intensities if i is not None]
 
-        def emission(energy: Mapping[int, float], part: str) -> dict[int, float]:
-            return {
-                k: weighted_emission(e, [getattr(s, part)[k] for _, s in slices], values)
-                for k, e in energy.items()
-            }
-
         return CarbonEmissionMeasurement(
             time=m.time,
             gpu_energy=dict(m.gpu_energy),
-            gpu_carbon_emission=emission(m.gpu_energy, "gpu_energy"),
+            gpu_carbon_emission=charge_devices(m.gpu_energy, slices, "gpu_energy", values) or {},
             cpu_energy=None if m.cpu_energy is None else dict(m.cpu_energy),
-            cpu_carbon_emission=None
-            if m.cpu_energy is None
-            else emission(m.cpu_energy, "cpu_energy"),
+            cpu_carbon_emission=charge_devices(m.cpu_energy, slices, "cpu_energy", values),
             dram_energy=None if m.dram_energy is None else dict(m.dram_energy),
-            dram_carbon_emission=(
-                None if m.dram_energy is None else emission(m.dram_energy, "dram_energy")
-            ),
+            dram_carbon_emission=charge_devices(m.dram_energy, slices, "dram_energy", values),
         )
-
-    # Inside.
-
-    def _period_start(self, t: datetime) -> datetime:
-        epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-        return epoch + ((t - epoch) // self._period) * self._period
-
-    def _start_slice(self, window: _Window, period: datetime) -> None:
-        window.running = f"{SLICE_PREFIX}_{next(self._names)}"
-        window.period = period
-        self._slices.begin_window(window.running, sync_execution=False)
-
-    def _cut_at_boundaries(self) -> None:
-        """The slicer thread: at each period boundary, cut every open window's slice there."""
-        while True:
-            with self._lock:
-                if not self._windows:
-                    self._cutter = None
-                    return
-                now = datetime.now(timezone.utc)
-                boundary = self._period_start(now) + self._period
-                self._wake.wait(timeout=(boundary - now).total_seconds())
-                if datetime.now(timezone.utc) < boundary:
-                    continue  # woken by a window ending, not by the boundary
-                ended = set()
-                for window in self._windows.values():
-                    if window.period < boundary:
-                        m = self._slices.end_window(window.running, sync_execution=False)
-                        window.slices.append((window.period, m))
-                        ended.add(window.period)
-                        self._start_slice(window, self._period_start(datetime.now(timezone.utc)))
-            # The periods just ended are in the provider's history now: fetch their values
-            # while they are, so windows longer than the history keep them.
-            try:
-                self._fetch_intensities(ended)
-            except ZeusBaseError as e:
-                logger.warning("carbon intensity not fetched yet (%s); retrying later", e)
 
     def _fetch_intensities(self, periods: set[datetime]) -> None:
         """Fill `self._intensity` for `periods` not in it yet.
 
-        Called without the lock: a second fetch of the same period by the other thread only
-        writes the same value again.
+        Both the caller's thread and the slicer call it, without a lock: a second fetch of the
+        same period only writes the same value again.
         """
         needed = {p for p in periods if p not in self._intensity}
         if not needed:
             return
-        current = self._period_start(datetime.now(timezone.utc))
+        current = self._windows.period_start(datetime.now(timezone.utc))
         provider = self.carbon_intensity_provider
         if current in needed:
             self._intensity[current] = provider.get_current_carbon_intensity()
             needed.discard(current)
         if needed:
-            history = {
-                self._period_start(t): v for t, v in provider.get_recent_carbon_intensity().items()
-            }
+            recent = provider.get_recent_carbon_intensity()
+            history = {self._windows.period_start(t): v for t, v in recent.items()}
             for p in needed:
                 if p in history:
                     self._intensity[p] = history[p]

@@ -1,0 +1,218 @@
+"""Measurement windows split at the boundaries of fixed periods.
+
+The periods are the hours of a tariff or of a carbon-intensity feed: each period's energy is
+charged that period's rate.
+
+`PeriodWindows` measures windows as `ZeusMonitor` does and, while any window is open, runs one
+thread that wakes at each period boundary and cuts every open window's running slice there.
+Slices are windows of an internal `ZeusMonitor`, so a cut costs microseconds. Used by
+`zeus.monitor.carbon` (gCO2eq/kWh per hour) and `zeus.monitor.price` ($/kWh per hour).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Optional
+
+from zeus.monitor.energy import Measurement, ZeusMonitor
+from zeus.util.framework import SyncWith
+
+__all__ = ["JOULES_PER_KWH", "PeriodWindows", "charge", "charge_devices"]
+
+logger = logging.getLogger(__name__)
+
+JOULES_PER_KWH = 3.6e6
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def charge(
+    energy_j: float, slice_energies_j: Sequence[float], rates_per_kwh: Sequence[float]
+) -> float:
+    """`energy_j` charged at the slices' rates (per kWh), weighted by the slices' energies.
+
+    The slices only weigh the rates: what is charged is the window's own energy. Slices
+    without energy (all zero) weigh equally.
+
+    Raises:
+        ValueError: the two sequences differ in length or are empty.
+
+    """
+    if len(slice_energies_j) != len(rates_per_kwh) or not rates_per_kwh:
+        raise ValueError("one rate per slice, and at least one slice")
+    total = sum(slice_energies_j)
+    if total > 0:
+        mean = sum(e / total * r for e, r in zip(slice_energies_j, rates_per_kwh))
+    else:
+        mean = sum(rates_per_kwh) / len(rates_per_kwh)
+    return energy_j / JOULES_PER_KWH * mean
+
+
+def charge_devices(
+    energy: Optional[Mapping[int, float]],
+    slices: Sequence[tuple[datetime, Measurement]],
+    part: str,
+    rates_per_kwh: Sequence[float],
+) -> Optional[dict[int, float]]:
+    """`charge` for each device of a window's `energy` (None stays None).
+
+    `part` names the `Measurement` field of the slices that holds the same devices
+    (`"gpu_energy"`, `"cpu_energy"` or `"dram_energy"`); `rates_per_kwh` has one rate per slice.
+    """
+    if energy is None:
+        return None
+    return {
+        k: charge(e, [getattr(s, part)[k] for _, s in slices], rates_per_kwh)
+        for k, e in energy.items()
+    }
+
+
+@dataclass
+class _Window:
+    """An open window: its finished slices (period start, measurement) and the running one."""
+
+    slices: list[tuple[datetime, Measurement]] = field(default_factory=list)
+    running: str = ""
+    period: datetime = EPOCH
+
+
+class PeriodWindows:
+    """Windows of a `ZeusMonitor` whose energy is also split at period boundaries.
+
+    Args:
+        period: The length of a period; periods start at multiples of it from the UNIX epoch
+            (whole hours for an hour).
+        gpu_indices: As in `ZeusMonitor`.
+        cpu_indices: As in `ZeusMonitor`.
+        sync_execution_with: As in `ZeusMonitor`.
+        on_periods_ended: Called by the slicer thread, without any lock held, with the starts
+            of the periods it just closed (to fetch their rates while they are recent); its
+            errors are logged.
+
+    Raises:
+        ValueError: `period` is not positive, or as `ZeusMonitor`.
+
+    """
+
+    def __init__(
+        self,
+        period: timedelta,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+        sync_execution_with: Optional[SyncWith] = None,
+        on_periods_ended: Optional[Callable[[set[datetime]], None]] = None,
+    ) -> None:
+        if period <= timedelta(0):
+            raise ValueError(f"period {period} is not positive")
+        self.period = period
+        self.monitor = ZeusMonitor(
+            gpu_indices=gpu_indices,
+            cpu_indices=cpu_indices,
+            sync_execution_with=sync_execution_with,
+        )
+        # Slices on their own monitor, whose names stay out of the caller's. Cut at period
+        # boundaries, some are short: the short-window warning is for the caller's windows.
+        self._slices = ZeusMonitor(gpu_indices=self.monitor.gpu_indices, cpu_indices=cpu_indices)
+        self._slices._set_short_window_warnings(False)
+        self._on_periods_ended = on_periods_ended
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._windows: dict[str, _Window] = {}
+        self._names = itertools.count()
+        self._cutter: Optional[threading.Thread] = None
+
+    def period_start(self, t: datetime) -> datetime:
+        """The start of the period holding `t` (timezone-aware)."""
+        return EPOCH + ((t - EPOCH) // self.period) * self.period
+
+    def begin_window(self, key: str, sync_execution: bool = True) -> None:
+        """Open window `key`.
+
+        Raises:
+            ValueError: a window named `key` is already open.
+
+        """
+        with self._lock:
+            if key in self._windows:
+                raise ValueError(f"Measurement window '{key}' already exists")
+            self.monitor.begin_window(key, sync_execution=sync_execution)
+            window = _Window()
+            try:
+                self._start_slice(window, self.period_start(datetime.now(timezone.utc)))
+            except BaseException:
+                self.monitor.end_window(key, sync_execution=False, cancel=True)
+                raise
+            self._windows[key] = window
+            if self._cutter is None:
+                self._cutter = threading.Thread(
+                    target=self._cut_at_boundaries, name="zeus-period-slicer", daemon=True
+                )
+                self._cutter.start()
+
+    def periods(self, key: str) -> set[datetime]:
+        """The starts of the periods window `key` has touched so far.
+
+        Raises:
+            ValueError: no window named `key` is open.
+
+        """
+        with self._lock:
+            window = self._open(key)
+            return {p for p, _ in window.slices} | {window.period}
+
+    def end_window(
+        self, key: str, sync_execution: bool = True
+    ) -> tuple[Measurement, list[tuple[datetime, Measurement]]]:
+        """Close window `key`: its measurement, and its slices by the start of their period.
+
+        Raises:
+            ValueError: no window named `key` is open.
+
+        """
+        with self._lock:
+            window = self._open(key)
+            m = self.monitor.end_window(key, sync_execution=sync_execution)
+            last = self._slices.end_window(window.running, sync_execution=False)
+            del self._windows[key]
+            self._wake.notify_all()
+        return m, [*window.slices, (window.period, last)]
+
+    def _open(self, key: str) -> _Window:
+        try:
+            return self._windows[key]
+        except KeyError:
+            raise ValueError(f"Measurement window '{key}' does not exist") from None
+
+    def _start_slice(self, window: _Window, period: datetime) -> None:
+        window.running = f"__zeus_period_slice_{next(self._names)}"
+        window.period = period
+        self._slices.begin_window(window.running, sync_execution=False)
+
+    def _cut_at_boundaries(self) -> None:
+        """The slicer thread: at each period boundary, cut every open window's slice there."""
+        while True:
+            with self._lock:
+                if not self._windows:
+                    self._cutter = None
+                    return
+                now = datetime.now(timezone.utc)
+                boundary = self.period_start(now) + self.period
+                self._wake.wait(timeout=(boundary - now).total_seconds())
+                if datetime.now(timezone.utc) < boundary:
+                    continue  # woken by a window ending, not by the boundary
+                ended = set()
+                for window in self._windows.values():
+                    if window.period < boundary:
+                        m = self._slices.end_window(window.running, sync_execution=False)
+                        window.slices.append((window.period, m))
+                        ended.add(window.period)
+                        self._start_slice(window, self.period_start(datetime.now(timezone.utc)))
+            if ended and self._on_periods_ended is not None:
+                try:
+                    self._on_periods_ended(ended)
+                except Exception as e:  # noqa: BLE001  (a rate feed failing must not end the thread)
+                    logger.warning("after the periods %s ended: %s", sorted(ended), e)

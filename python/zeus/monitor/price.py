@@ -1,0 +1,328 @@
+"""Electricity cost of code windows: each hour's energy at that hour's tariff rate.
+
+`EnergyCostMonitor` (Zeus 0.16's API) measures windows as `ZeusMonitor` does and charges each
+hour's energy the rate a utility tariff sets for that hour (time-of-use rates differ by month,
+weekday or weekend, and hour). `OpenEIClient` reads a tariff from the OpenEI Utility Rate
+Database:
+
+```python
+from zeus.monitor.price import EnergyCostMonitor, OpenEIClient
+
+tariff = OpenEIClient((37.77, -122.42), label="5a...", sector="Commercial")  # OPENEI_API_KEY
+monitor = EnergyCostMonitor(tariff, gpu_indices=[0])
+monitor.begin_window("training")
+...
+m = monitor.end_window("training")
+m.gpu_energy[0], m.gpu_energy_cost[0]  # J, in the tariff's currency (USD in OpenEI)
+```
+
+Decided here where the reference leaves it open or errs (its source is Zeus 0.16):
+- Hours are the machine's local time, as tariff schedules are; the reference looks them up by
+  UTC hour, which charges a Californian's 5 pm at the 1 am rate.
+- The rate of an hour is the first tier's `rate` plus its `adj` (OpenEI's adjustment, part of
+  what is billed); the reference leaves `adj` out.
+- The API key comes from `api_key` or `OPENEI_API_KEY`; the reference ships one in its source.
+- The tariff is fetched once, at the first window's end, and kept.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, Optional
+
+import httpx
+
+from zeus.exception import ZeusBaseError
+from zeus.monitor.energy import Measurement
+from zeus.monitor.periods import PeriodWindows, charge_devices
+from zeus.util.framework import SyncWith
+
+__all__ = [
+    "ElectricityPriceProvider",
+    "EnergyCostMeasurement",
+    "EnergyCostMonitor",
+    "OpenEIClient",
+    "ZeusElectricityPriceHTTPError",
+    "ZeusElectricityPriceNotFoundError",
+    "rate_at",
+]
+
+logger = logging.getLogger(__name__)
+
+API_KEY_VAR = "OPENEI_API_KEY"
+
+
+class ZeusElectricityPriceHTTPError(ZeusBaseError):
+    """The price service could not be reached or answered with an error status."""
+
+
+class ZeusElectricityPriceNotFoundError(ZeusBaseError):
+    """The service answered, but without a usable tariff.
+
+    Attributes:
+        measurement: When raised by `EnergyCostMonitor.end_window` after the window closed,
+            the window's energy `Measurement` (not lost). Otherwise None.
+
+    """
+
+    def __init__(self, message: str, measurement: Optional[Measurement] = None) -> None:
+        super().__init__(message)
+        self.measurement = measurement
+
+
+class ElectricityPriceProvider(abc.ABC):
+    """Where a tariff comes from."""
+
+    @abc.abstractmethod
+    def get_current_electricity_price(self) -> dict[str, list[Any]]:
+        """The tariff, in OpenEI's shapes.
+
+        `energy_rate_structure`: periods, each a list of tiers with `rate` and optional `adj`,
+        per kWh. `energy_weekday_schedule` and `energy_weekend_schedule`: 12 months x 24 hours
+        of period indices.
+        """
+
+
+class OpenEIClient(ElectricityPriceProvider):
+    """A tariff from the OpenEI Utility Rate Database (API version 7).
+
+    Args:
+        location: (latitude, longitude) to search utilities around.
+        label: The tariff's OpenEI label (its unique id).
+        sector: `"Residential"`, `"Commercial"`, `"Industrial"` or `"Lighting"`.
+        radius: Search radius in miles around `location`.
+        api_key: An OpenEI API key; None reads `OPENEI_API_KEY`.
+        base_url: The API's root.
+        timeout: Seconds to wait for an answer.
+
+    """
+
+    def __init__(
+        self,
+        location: tuple[float, float],
+        label: str,
+        sector: Literal["Residential", "Commercial", "Industrial", "Lighting"] = "Residential",
+        radius: int = 0,
+        api_key: Optional[str] = None,
+        base_url: str = "https://api.openei.org",
+        timeout: float = 30.0,
+    ) -> None:
+        lat, lon = (float(x) for x in location)
+        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+            raise ValueError(f"location={location!r}: expected (latitude, longitude) in degrees")
+        if sector not in ("Residential", "Commercial", "Industrial", "Lighting"):
+            raise ValueError(
+                f"sector={sector!r}: expected Residential, Commercial, Industrial or Lighting"
+            )
+        if not isinstance(radius, int) or radius < 0:
+            raise ValueError(f"radius={radius!r}: expected miles, an int >= 0")
+        self.lat, self.long = lat, lon
+        self.label = label
+        self.sector = sector
+        self.radius = radius
+        self._api_key = api_key if api_key is not None else (os.environ.get(API_KEY_VAR) or None)
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenEIClient(location=({self.lat}, {self.long}), label={self.label!r}, "
+            f"sector={self.sector!r}, radius={self.radius})"
+        )
+
+    def get_current_electricity_price(self) -> dict[str, list[Any]]:
+        """The tariff `label` (see `ElectricityPriceProvider`).
+
+        Raises:
+            ZeusElectricityPriceHTTPError: no API key, or the API is unreachable or answered
+                with an error.
+            ZeusElectricityPriceNotFoundError: no tariff with this label near the location, or
+                one without energy rates.
+
+        """
+        if not self._api_key:
+            raise ZeusElectricityPriceHTTPError(
+                f"OpenEI needs an API key: set {API_KEY_VAR} or pass api_key "
+                "(free at https://openei.org/services/api/signup/)"
+            )
+        url = f"{self.base_url}/utility_rates"
+        params = {
+            "version": "7",
+            "format": "json",
+            "detail": "full",
+            "api_key": self._api_key,
+            "lat": str(self.lat),
+            "lon": str(self.long),
+            "radius": str(self.radius),
+            "sector": self.sector,
+        }
+        try:
+            resp = httpx.get(url, params=params, timeout=self.timeout)
+        except httpx.HTTPError as e:
+            raise ZeusElectricityPriceHTTPError(
+                f"Cannot reach OpenEI at {url}: {type(e).__name__}"
+            ) from e
+        if resp.status_code != 200:
+            # The key is in the query string: the message names neither the URL nor the key.
+            raise ZeusElectricityPriceHTTPError(
+                f"OpenEI {url} answered HTTP {resp.status_code}: "
+                f"{resp.text.replace(self._api_key, '<key>').strip()[:300]}"
+            )
+        try:
+            items = resp.json().get("items", [])
+        except (ValueError, AttributeError) as e:
+            raise ZeusElectricityPriceNotFoundError(
+                f"OpenEI {url} answered with something else than a JSON object"
+            ) from e
+        for item in items:
+            if isinstance(item, dict) and item.get("label") == self.label:
+                return _tariff(item, self.label)
+        labels = [i.get("label") for i in items if isinstance(i, dict)][:10]
+        raise ZeusElectricityPriceNotFoundError(
+            f"No {self.sector} tariff labelled {self.label!r} within {self.radius} miles of "
+            f"({self.lat}, {self.long}); OpenEI listed {labels}"
+        )
+
+
+def _tariff(item: Mapping[str, Any], label: str) -> dict[str, list[Any]]:
+    keys = {
+        "energy_rate_structure": "energyratestructure",
+        "energy_weekday_schedule": "energyweekdayschedule",
+        "energy_weekend_schedule": "energyweekendschedule",
+    }
+    missing = [v for v in keys.values() if not item.get(v)]
+    if missing:
+        raise ZeusElectricityPriceNotFoundError(
+            f"The tariff {label!r} has no {', '.join(missing)} (not priced by energy)"
+        )
+    return {k: item[v] for k, v in keys.items()}
+
+
+def rate_at(tariff: Mapping[str, list[Any]], local: datetime) -> float:
+    """The rate per kWh of `tariff` at local time `local`: the first tier's `rate` plus `adj`.
+
+    Raises:
+        ZeusElectricityPriceNotFoundError: the tariff's schedule or structure has no entry for
+            that month and hour.
+
+    """
+    weekend = local.weekday() >= 5
+    schedule = tariff["energy_weekend_schedule" if weekend else "energy_weekday_schedule"]
+    try:
+        period = schedule[local.month - 1][local.hour]
+        tier = tariff["energy_rate_structure"][period][0]
+        return float(tier.get("rate", 0.0)) + float(tier.get("adj", 0.0))
+    except (IndexError, KeyError, TypeError, ValueError) as e:
+        raise ZeusElectricityPriceNotFoundError(
+            f"The tariff has no rate for {local:%B} {'weekends' if weekend else 'weekdays'} at "
+            f"{local.hour}:00 ({type(e).__name__}: {e})"
+        ) from e
+
+
+@dataclass
+class EnergyCostMeasurement:
+    """Time, energy and electricity cost of one window.
+
+    Attributes:
+        time: Seconds.
+        gpu_energy: J by GPU index (framework indices, after `CUDA_VISIBLE_DEVICES`).
+        gpu_energy_cost: Cost by GPU index, in the tariff's currency.
+        cpu_energy: J by CPU package, or None when no CPU is measured.
+        cpu_energy_cost: Cost by CPU package, or None.
+        dram_energy: J by CPU package with DRAM, or None.
+        dram_energy_cost: Cost by CPU package with DRAM, or None.
+
+    """
+
+    time: float
+    gpu_energy: dict[int, float]
+    gpu_energy_cost: dict[int, float]
+    cpu_energy: Optional[dict[int, float]] = None
+    cpu_energy_cost: Optional[dict[int, float]] = None
+    dram_energy: Optional[dict[int, float]] = None
+    dram_energy_cost: Optional[dict[int, float]] = None
+
+
+class EnergyCostMonitor:
+    """Measure time, energy and electricity cost of code windows (Zeus 0.16's API).
+
+    Args:
+        electricity_price_provider: Where the tariff comes from (`OpenEIClient`).
+        gpu_indices: GPUs to measure, as in `ZeusMonitor` (all visible when None).
+        cpu_indices: CPU packages to measure, as in `ZeusMonitor` (none when None).
+        sync_execution_with: The framework a window sync waits for, as in `ZeusMonitor`.
+
+    """
+
+    def __init__(
+        self,
+        electricity_price_provider: ElectricityPriceProvider,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+        sync_execution_with: Optional[SyncWith] = None,
+    ) -> None:
+        self.electricity_price_provider = electricity_price_provider
+        self._windows = PeriodWindows(
+            timedelta(hours=1), gpu_indices, cpu_indices, sync_execution_with
+        )
+        self.zeus_monitor = self._windows.monitor
+        self._tariff: Optional[dict[str, list[Any]]] = None
+
+    @property
+    def gpu_indices(self) -> list[int]:
+        """The measured GPUs."""
+        return self.zeus_monitor.gpu_indices
+
+    @property
+    def cpu_indices(self) -> Optional[list[int]]:
+        """The measured CPU packages, or None."""
+        return self.zeus_monitor.cpu_indices
+
+    def begin_window(self, key: str, sync_execution: bool = True) -> None:
+        """Open window `key`.
+
+        Raises:
+            ValueError: a window named `key` is already open.
+
+        """
+        self._windows.begin_window(key, sync_execution)
+
+    def end_window(self, key: str, sync_execution: bool = True) -> EnergyCostMeasurement:
+        """Close window `key` and return its time, energy and cost.
+
+        Raises:
+            ValueError: no window named `key` is open.
+            ZeusElectricityPriceHTTPError, ZeusElectricityPriceNotFoundError: the tariff could
+                not be fetched or has no rate for an hour of the window (the window stays open:
+                call again).
+
+        """
+        periods = self._windows.periods(key)  # the window must be open
+        if self._tariff is None:
+            self._tariff = self.electricity_price_provider.get_current_electricity_price()
+        tariff = self._tariff
+        # Hours as the tariff reads them: the machine's local time. Checked before closing, so
+        # a tariff without a rate for an hour of the window leaves the window open.
+        for start in periods:
+            rate_at(tariff, start.astimezone())
+        m, slices = self._windows.end_window(key, sync_execution)
+        try:
+            rates = [rate_at(tariff, start.astimezone()) for start, _ in slices]
+        except ZeusElectricityPriceNotFoundError as e:  # an hour that began meanwhile
+            e.measurement = m
+            raise
+
+        return EnergyCostMeasurement(
+            time=m.time,
+            gpu_energy=dict(m.gpu_energy),
+            gpu_energy_cost=charge_devices(m.gpu_energy, slices, "gpu_energy", rates) or {},
+            cpu_energy=None if m.cpu_energy is None else dict(m.cpu_energy),
+            cpu_energy_cost=charge_devices(m.cpu_energy, slices, "cpu_energy", rates),
+            dram_energy=None if m.dram_energy is None else dict(m.dram_energy),
+            dram_energy_cost=charge_devices(m.dram_energy, slices, "dram_energy", rates),
+        )

@@ -1,0 +1,155 @@
+"""`zeus.monitor.price`: the OpenEI client against a local server that answers as the API does,
+tariff lookup by local time, and `EnergyCostMonitor` on the simulated GPU."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+import pytest
+from local_api import LocalApi
+from zeus.monitor.price import (
+    ElectricityPriceProvider,
+    EnergyCostMonitor,
+    OpenEIClient,
+    ZeusElectricityPriceHTTPError,
+    ZeusElectricityPriceNotFoundError,
+    rate_at,
+)
+
+# A time-of-use tariff: period h holds hour h on weekdays (rate 0.01 * (h + 1), adj 0.001),
+# and one flat period (24) on weekends, every month.
+STRUCTURE = [[{"rate": 0.01 * (h + 1), "adj": 0.001, "unit": "kWh"}] for h in range(24)]
+STRUCTURE.append([{"rate": 0.5, "unit": "kWh"}])
+TARIFF = {
+    "energy_rate_structure": STRUCTURE,
+    "energy_weekday_schedule": [list(range(24)) for _ in range(12)],
+    "energy_weekend_schedule": [[24] * 24 for _ in range(12)],
+}
+ITEMS = {
+    "items": [
+        {"label": "other", "name": "Flat", "energyratestructure": [[{"rate": 0.2}]]},
+        {
+            "label": "5a1b",
+            "name": "E-TOU",
+            "energyratestructure": STRUCTURE,
+            "energyweekdayschedule": TARIFF["energy_weekday_schedule"],
+            "energyweekendschedule": TARIFF["energy_weekend_schedule"],
+        },
+    ]
+}
+
+
+def test_client_finds_the_labelled_tariff(api: LocalApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENEI_API_KEY", "secret-key")
+    api.routes = {"/utility_rates": (200, ITEMS)}
+    client = OpenEIClient((37.77, -122.42), "5a1b", "Commercial", radius=5, base_url=api.url)
+    assert client.get_current_electricity_price() == TARIFF
+    _, query, _ = api.requests[-1]
+    assert query == {
+        "version": ["7"],
+        "format": ["json"],
+        "detail": ["full"],
+        "api_key": ["secret-key"],
+        "lat": ["37.77"],
+        "lon": ["-122.42"],
+        "radius": ["5"],
+        "sector": ["Commercial"],
+    }
+    assert "secret-key" not in repr(client)
+
+
+def test_client_errors(api: LocalApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENEI_API_KEY", raising=False)
+    with pytest.raises(ZeusElectricityPriceHTTPError, match="OPENEI_API_KEY"):
+        OpenEIClient((0, 0), "x", base_url=api.url).get_current_electricity_price()
+    assert api.requests == []  # nothing sent without a key
+    client = OpenEIClient((0, 0), "missing", api_key="k-123", base_url=api.url)
+    api.routes = {"/utility_rates": (200, ITEMS)}
+    with pytest.raises(ZeusElectricityPriceNotFoundError, match=r"'missing'.*\['other', '5a1b'\]"):
+        client.get_current_electricity_price()
+    with pytest.raises(ZeusElectricityPriceNotFoundError, match="'other' has no energyweekday"):
+        OpenEIClient((0, 0), "other", api_key="k", base_url=api.url).get_current_electricity_price()
+    api.routes = {"/utility_rates": (500, {"error": "bad key k-123"})}
+    with pytest.raises(ZeusElectricityPriceHTTPError, match="HTTP 500") as err:
+        client.get_current_electricity_price()
+    assert "k-123" not in str(err.value)  # the key is never printed
+    with pytest.raises(ValueError, match="sector='Farm'"):
+        OpenEIClient((0, 0), "x", sector="Farm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="radius=-1"):
+        OpenEIClient((0, 0), "x", radius=-1)
+
+
+def test_rate_at_reads_month_day_type_and_hour() -> None:
+    monday_5pm = datetime(2026, 11, 23, 17, 30)
+    assert rate_at(TARIFF, monday_5pm) == pytest.approx(0.18 + 0.001)
+    assert rate_at(TARIFF, monday_5pm.replace(hour=0)) == pytest.approx(0.011)
+    assert rate_at(TARIFF, datetime(2026, 11, 22, 17)) == 0.5  # a Sunday
+    broken = {**TARIFF, "energy_weekday_schedule": [list(range(24))] * 11}  # no December
+    with pytest.raises(ZeusElectricityPriceNotFoundError, match="December weekdays at 9:00"):
+        rate_at(broken, datetime(2026, 12, 1, 9))
+
+
+class Fixed(ElectricityPriceProvider):
+    def __init__(self, tariff: dict[str, list[Any]]) -> None:
+        self.tariff = tariff
+        self.calls = 0
+        self.down = False
+
+    def get_current_electricity_price(self) -> dict[str, list[Any]]:
+        self.calls += 1
+        if self.down:
+            raise ZeusElectricityPriceHTTPError("the provider is down")
+        return self.tariff
+
+
+@pytest.fixture
+def los_angeles(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process in California's time zone (tariff hours are local)."""
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_window_costs_its_energy_at_the_local_hours_rate(
+    sim_gpus: Callable[..., object], los_angeles: None
+) -> None:
+    sim_gpus("A40,V100", clock="real", load="busy")
+    provider = Fixed(TARIFF)
+    monitor = EnergyCostMonitor(provider, gpu_indices=[0, 1])
+    for _ in range(2):
+        monitor.begin_window("step", sync_execution=False)
+        time.sleep(0.3)
+        m = monitor.end_window("step", sync_execution=False)
+        # Rates by the local hour: near an hour's end the window may straddle two.
+        rates = {rate_at(TARIFF, datetime.now() - timedelta(seconds=s)) for s in (0, 0.4)}
+        for i, e in m.gpu_energy.items():
+            assert e > 0
+            per_kwh = m.gpu_energy_cost[i] / (e / 3.6e6)
+            assert min(rates) - 1e-9 <= per_kwh <= max(rates) + 1e-9, (per_kwh, rates)
+        assert m.cpu_energy is None and m.cpu_energy_cost is None
+    assert provider.calls == 1  # the tariff is fetched once
+
+
+def test_a_tariff_that_cannot_be_had_leaves_the_window_open(
+    sim_gpus: Callable[..., object],
+) -> None:
+    sim_gpus("A40", clock="real", load="busy")
+    provider = Fixed(TARIFF)
+    provider.down = True
+    monitor = EnergyCostMonitor(provider)
+    monitor.begin_window("w", sync_execution=False)
+    with pytest.raises(ZeusElectricityPriceHTTPError, match="down"):
+        monitor.end_window("w")
+    provider.tariff = {**TARIFF, "energy_weekday_schedule": [], "energy_weekend_schedule": []}
+    provider.down = False
+    with pytest.raises(ZeusElectricityPriceNotFoundError, match="no rate"):
+        monitor.end_window("w")
+    monitor._tariff = TARIFF  # the next fetch would bring a mended tariff
+    assert monitor.end_window("w").gpu_energy_cost[0] > 0  # still open, measured now
+    with pytest.raises(ValueError, match="does not exist"):
+        monitor.end_window("w")
