@@ -39,7 +39,7 @@ import httpx
 
 from zeus.exception import ZeusBaseError
 from zeus.monitor.energy import Measurement
-from zeus.monitor.periods import PeriodWindows, charge_devices
+from zeus.monitor.periods import PeriodWindows, charged_fields
 from zeus.util.framework import SyncWith
 
 __all__ = [
@@ -288,7 +288,7 @@ class CarbonEmissionMeasurement:
     dram_carbon_emission: Optional[dict[int, float]] = None
 
 
-class CarbonEmissionMonitor:
+class CarbonEmissionMonitor(PeriodWindows):
     """Measure time, energy and carbon emission of code windows (Zeus 0.16's API).
 
     Args:
@@ -310,34 +310,14 @@ class CarbonEmissionMonitor:
         sync_execution_with: Optional[SyncWith] = None,
     ) -> None:
         self.carbon_intensity_provider = carbon_intensity_provider
-        self._windows = PeriodWindows(
+        self._intensity: dict[datetime, float] = {}  # by period start
+        super().__init__(
             carbon_intensity_provider.update_period,
             gpu_indices,
             cpu_indices,
             sync_execution_with,
             on_periods_ended=self._fetch_intensities,
         )
-        self.zeus_monitor = self._windows.monitor
-        self._intensity: dict[datetime, float] = {}  # by period start
-
-    @property
-    def gpu_indices(self) -> list[int]:
-        """The measured GPUs."""
-        return self.zeus_monitor.gpu_indices
-
-    @property
-    def cpu_indices(self) -> Optional[list[int]]:
-        """The measured CPU packages, or None."""
-        return self.zeus_monitor.cpu_indices
-
-    def begin_window(self, key: str, sync_execution: bool = True) -> None:
-        """Open window `key`.
-
-        Raises:
-            ValueError: a window named `key` is already open.
-
-        """
-        self._windows.begin_window(key, sync_execution)
 
     def end_window(self, key: str, sync_execution: bool = True) -> CarbonEmissionMeasurement:
         """Close window `key` and return its time, energy and emission.
@@ -352,8 +332,8 @@ class CarbonEmissionMonitor:
 
         """
         # Fetched before closing anything: an unreachable provider leaves the window open.
-        self._fetch_intensities(self._windows.periods(key))
-        m, slices = self._windows.end_window(key, sync_execution)
+        self._fetch_intensities(self.periods(key))
+        m, slices = self._close(key, sync_execution)
         try:  # A boundary passed meanwhile: its period is new.
             self._fetch_intensities({p for p, _ in slices})
         except ZeusBaseError as e:
@@ -368,15 +348,7 @@ class CarbonEmissionMonitor:
             )
         values = [float(i) for i in intensities if i is not None]
 
-        return CarbonEmissionMeasurement(
-            time=m.time,
-            gpu_energy=dict(m.gpu_energy),
-            gpu_carbon_emission=charge_devices(m.gpu_energy, slices, "gpu_energy", values) or {},
-            cpu_energy=None if m.cpu_energy is None else dict(m.cpu_energy),
-            cpu_carbon_emission=charge_devices(m.cpu_energy, slices, "cpu_energy", values),
-            dram_energy=None if m.dram_energy is None else dict(m.dram_energy),
-            dram_carbon_emission=charge_devices(m.dram_energy, slices, "dram_energy", values),
-        )
+        return CarbonEmissionMeasurement(**charged_fields(m, slices, values, "carbon_emission"))
 
     def _fetch_intensities(self, periods: set[datetime]) -> None:
         """Fill `self._intensity` for `periods` not in it yet.
@@ -387,14 +359,14 @@ class CarbonEmissionMonitor:
         needed = {p for p in periods if p not in self._intensity}
         if not needed:
             return
-        current = self._windows.period_start(datetime.now(timezone.utc))
+        current = self.period_start(datetime.now(timezone.utc))
         provider = self.carbon_intensity_provider
         if current in needed:
             self._intensity[current] = provider.get_current_carbon_intensity()
             needed.discard(current)
         if needed:
             recent = provider.get_recent_carbon_intensity()
-            history = {self._windows.period_start(t): v for t, v in recent.items()}
+            history = {self.period_start(t): v for t, v in recent.items()}
             for p in needed:
                 if p in history:
                     self._intensity[p] = history[p]

@@ -17,12 +17,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from zeus.monitor.energy import Measurement, ZeusMonitor
 from zeus.util.framework import SyncWith
 
-__all__ = ["JOULES_PER_KWH", "PeriodWindows", "charge", "charge_devices"]
+__all__ = ["JOULES_PER_KWH", "PeriodWindows", "charge", "charged_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,23 +52,31 @@ def charge(
     return energy_j / JOULES_PER_KWH * mean
 
 
-def charge_devices(
-    energy: Optional[Mapping[int, float]],
+def charged_fields(
+    m: Measurement,
     slices: Sequence[tuple[datetime, Measurement]],
-    part: str,
-    rates_per_kwh: Sequence[float],
-) -> Optional[dict[int, float]]:
-    """`charge` for each device of a window's `energy` (None stays None).
+    rates: Sequence[float],
+    name: str,
+) -> dict[str, Any]:
+    """The fields of a charged window's measurement.
 
-    `part` names the `Measurement` field of the slices that holds the same devices
-    (`"gpu_energy"`, `"cpu_energy"` or `"dram_energy"`); `rates_per_kwh` has one rate per slice.
+    `time`, and for each part `gpu`, `cpu` and `dram` its `<part>_energy` and `<part>_<name>`:
+    each device's energy `charge`d at the slices' `rates` (one per slice), None where the
+    window has no such energy.
     """
-    if energy is None:
-        return None
-    return {
-        k: charge(e, [getattr(s, part)[k] for _, s in slices], rates_per_kwh)
-        for k, e in energy.items()
-    }
+    out: dict[str, Any] = {"time": m.time}
+    for part in ("gpu", "cpu", "dram"):
+        energy: Optional[Mapping[int, float]] = getattr(m, f"{part}_energy")
+        out[f"{part}_energy"] = None if energy is None else dict(energy)
+        out[f"{part}_{name}"] = (
+            None
+            if energy is None
+            else {
+                k: charge(e, [getattr(s, f"{part}_energy")[k] for _, s in slices], rates)
+                for k, e in energy.items()
+            }
+        )
+    return out
 
 
 @dataclass
@@ -82,6 +90,9 @@ class _Window:
 
 class PeriodWindows:
     """Windows of a `ZeusMonitor` whose energy is also split at period boundaries.
+
+    The base of the monitors that charge each period's energy a rate of that period: they
+    open windows with `begin_window` and close them with `_close`.
 
     Args:
         period: The length of a period; periods start at multiples of it from the UNIX epoch
@@ -109,14 +120,16 @@ class PeriodWindows:
         if period <= timedelta(0):
             raise ValueError(f"period {period} is not positive")
         self.period = period
-        self.monitor = ZeusMonitor(
+        self.zeus_monitor = ZeusMonitor(
             gpu_indices=gpu_indices,
             cpu_indices=cpu_indices,
             sync_execution_with=sync_execution_with,
         )
         # Slices on their own monitor, whose names stay out of the caller's. Cut at period
         # boundaries, some are short: the short-window warning is for the caller's windows.
-        self._slices = ZeusMonitor(gpu_indices=self.monitor.gpu_indices, cpu_indices=cpu_indices)
+        self._slices = ZeusMonitor(
+            gpu_indices=self.zeus_monitor.gpu_indices, cpu_indices=cpu_indices
+        )
         self._slices._set_short_window_warnings(False)
         self._on_periods_ended = on_periods_ended
         self._lock = threading.Lock()
@@ -124,6 +137,16 @@ class PeriodWindows:
         self._windows: dict[str, _Window] = {}
         self._names = itertools.count()
         self._cutter: Optional[threading.Thread] = None
+
+    @property
+    def gpu_indices(self) -> list[int]:
+        """The measured GPUs."""
+        return self.zeus_monitor.gpu_indices
+
+    @property
+    def cpu_indices(self) -> Optional[list[int]]:
+        """The measured CPU packages, or None."""
+        return self.zeus_monitor.cpu_indices
 
     def period_start(self, t: datetime) -> datetime:
         """The start of the period holding `t` (timezone-aware)."""
@@ -139,12 +162,12 @@ class PeriodWindows:
         with self._lock:
             if key in self._windows:
                 raise ValueError(f"Measurement window '{key}' already exists")
-            self.monitor.begin_window(key, sync_execution=sync_execution)
+            self.zeus_monitor.begin_window(key, sync_execution=sync_execution)
             window = _Window()
             try:
                 self._start_slice(window, self.period_start(datetime.now(timezone.utc)))
             except BaseException:
-                self.monitor.end_window(key, sync_execution=False, cancel=True)
+                self.zeus_monitor.end_window(key, sync_execution=False, cancel=True)
                 raise
             self._windows[key] = window
             if self._cutter is None:
@@ -164,7 +187,7 @@ class PeriodWindows:
             window = self._open(key)
             return {p for p, _ in window.slices} | {window.period}
 
-    def end_window(
+    def _close(
         self, key: str, sync_execution: bool = True
     ) -> tuple[Measurement, list[tuple[datetime, Measurement]]]:
         """Close window `key`: its measurement, and its slices by the start of their period.
@@ -175,7 +198,7 @@ class PeriodWindows:
         """
         with self._lock:
             window = self._open(key)
-            m = self.monitor.end_window(key, sync_execution=sync_execution)
+            m = self.zeus_monitor.end_window(key, sync_execution=sync_execution)
             last = self._slices.end_window(window.running, sync_execution=False)
             del self._windows[key]
             self._wake.notify_all()

@@ -39,7 +39,7 @@ import httpx
 
 from zeus.exception import ZeusBaseError
 from zeus.monitor.energy import Measurement
-from zeus.monitor.periods import PeriodWindows, charge_devices
+from zeus.monitor.periods import PeriodWindows, charged_fields
 from zeus.util.framework import SyncWith
 
 __all__ = [
@@ -248,7 +248,7 @@ class EnergyCostMeasurement:
     dram_energy_cost: Optional[dict[int, float]] = None
 
 
-class EnergyCostMonitor:
+class EnergyCostMonitor(PeriodWindows):
     """Measure time, energy and electricity cost of code windows (Zeus 0.16's API).
 
     Args:
@@ -267,30 +267,8 @@ class EnergyCostMonitor:
         sync_execution_with: Optional[SyncWith] = None,
     ) -> None:
         self.electricity_price_provider = electricity_price_provider
-        self._windows = PeriodWindows(
-            timedelta(hours=1), gpu_indices, cpu_indices, sync_execution_with
-        )
-        self.zeus_monitor = self._windows.monitor
         self._tariff: Optional[dict[str, list[Any]]] = None
-
-    @property
-    def gpu_indices(self) -> list[int]:
-        """The measured GPUs."""
-        return self.zeus_monitor.gpu_indices
-
-    @property
-    def cpu_indices(self) -> Optional[list[int]]:
-        """The measured CPU packages, or None."""
-        return self.zeus_monitor.cpu_indices
-
-    def begin_window(self, key: str, sync_execution: bool = True) -> None:
-        """Open window `key`.
-
-        Raises:
-            ValueError: a window named `key` is already open.
-
-        """
-        self._windows.begin_window(key, sync_execution)
+        super().__init__(timedelta(hours=1), gpu_indices, cpu_indices, sync_execution_with)
 
     def end_window(self, key: str, sync_execution: bool = True) -> EnergyCostMeasurement:
         """Close window `key` and return its time, energy and cost.
@@ -302,7 +280,7 @@ class EnergyCostMonitor:
                 call again).
 
         """
-        periods = self._windows.periods(key)  # the window must be open
+        periods = self.periods(key)  # the window must be open
         if self._tariff is None:
             self._tariff = self.electricity_price_provider.get_current_electricity_price()
         tariff = self._tariff
@@ -310,19 +288,11 @@ class EnergyCostMonitor:
         # a tariff without a rate for an hour of the window leaves the window open.
         for start in periods:
             rate_at(tariff, start.astimezone())
-        m, slices = self._windows.end_window(key, sync_execution)
+        m, slices = self._close(key, sync_execution)
         try:
             rates = [rate_at(tariff, start.astimezone()) for start, _ in slices]
         except ZeusElectricityPriceNotFoundError as e:  # an hour that began meanwhile
             e.measurement = m
             raise
 
-        return EnergyCostMeasurement(
-            time=m.time,
-            gpu_energy=dict(m.gpu_energy),
-            gpu_energy_cost=charge_devices(m.gpu_energy, slices, "gpu_energy", rates) or {},
-            cpu_energy=None if m.cpu_energy is None else dict(m.cpu_energy),
-            cpu_energy_cost=charge_devices(m.cpu_energy, slices, "cpu_energy", rates),
-            dram_energy=None if m.dram_energy is None else dict(m.dram_energy),
-            dram_energy_cost=charge_devices(m.dram_energy, slices, "dram_energy", rates),
-        )
+        return EnergyCostMeasurement(**charged_fields(m, slices, rates, "energy_cost"))
