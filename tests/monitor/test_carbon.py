@@ -232,6 +232,7 @@ def test_cpu_and_dram_are_charged_too() -> None:
             assert emission[k] == pytest.approx(e / 3.6e6 * 250.0)
 
 
+@pytest.mark.filterwarnings("ignore:Measurement window 'w' lasted")  # a window closed at once
 def test_an_unreachable_provider_leaves_the_window_open(sim_gpus: Callable[..., object]) -> None:
     sim_gpus("A40", clock="real", load="busy")
     provider = Steps(30.0)

@@ -315,6 +315,7 @@ def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch):
     mon.end_window("w", sync_execution=True)
     assert calls == [0]
     mon.begin_window("v", sync_cuda=False, sync_execution=False)  # agreeing is fine
+    zeus.device.sim.advance(1.0)
     with pytest.raises(ValueError, match="sync_cuda=True and sync_execution=False disagree"):
         mon.end_window("v", sync_cuda=True, sync_execution=False)
     assert "v" in mon.measurement_states  # the refused call closed nothing
@@ -333,6 +334,7 @@ def test_sync_execution_with_picks_the_framework(sim_gpus, monkeypatch):
     _imported(monkeypatch)
     mon = ZeusMonitor(gpu_indices=[1], sync_execution_with="jax")
     mon.begin_window("w", sync_cuda=False)
+    zeus.device.sim.advance(1.0)
     mon.end_window("w")  # JAX is not imported: nothing can be queued through it
     _imported(monkeypatch, "jax", "torch")
     mon.begin_window("w")
@@ -354,6 +356,7 @@ def test_sync_imports_no_framework_and_finds_one_imported_later(sim_gpus, monkey
     assert not any(name in sys.modules for name in ("torch", "jax", "cupy"))  # none imported
     assert calls == []
     _imported(monkeypatch, "torch")  # the program imports a framework after its first window
+    zeus.device.sim.advance(1.0)
     mon.end_window("w")
     assert calls == [0]
 

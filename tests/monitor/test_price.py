@@ -135,6 +135,7 @@ def test_a_window_costs_its_energy_at_the_local_hours_rate(
     assert provider.calls == 1  # the tariff is fetched once
 
 
+@pytest.mark.filterwarnings("ignore:Measurement window 'w' lasted")  # a window closed at once
 def test_a_tariff_that_cannot_be_had_leaves_the_window_open(
     sim_gpus: Callable[..., object],
 ) -> None:
