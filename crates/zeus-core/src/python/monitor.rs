@@ -6,6 +6,7 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyUserWarning, PyValueError};
@@ -773,6 +774,11 @@ struct MonitorState {
     resolve_sync: Option<Py<PyAny>>,
     /// The framework's sync, once `resolve_sync` found one.
     sync: OnceLock<Py<PyAny>>,
+    /// `sys.modules`, and its size when `resolve_sync` last found nothing: a framework can
+    /// only have appeared since if a module was imported, so until the size changes the
+    /// window skips the Python call (it sits on every synced window edge).
+    modules: Py<PyDict>,
+    unresolved_at: AtomicUsize,
     approx: bool,
 }
 
@@ -804,10 +810,15 @@ fn sync_all(py: Python<'_>, st: &MonitorState) -> PyResult<()> {
             let Some(resolve) = &st.resolve_sync else {
                 return Ok(());
             };
+            let n_modules = st.modules.bind(py).len();
+            if st.unresolved_at.load(Ordering::Relaxed) == n_modules {
+                return Ok(()); // nothing imported since the last miss
+            }
             let f = resolve.call0(py)?;
             if f.is_none(py) {
-                // No framework to sync with yet: ask again next time (one may be imported
-                // later; until then nothing can have been queued through it).
+                // No framework to sync with yet: ask again once something is imported (until
+                // then nothing can have been queued through one).
+                st.unresolved_at.store(n_modules, Ordering::Relaxed);
                 return Ok(());
             }
             // Another thread may have won the race; either result is the same function.
@@ -921,6 +932,13 @@ impl PyZeusMonitor {
                 indices,
                 resolve_sync,
                 sync: OnceLock::new(),
+                modules: py
+                    .import("sys")?
+                    .getattr("modules")?
+                    .cast_into::<PyDict>()
+                    .map_err(PyErr::from)?
+                    .unbind(),
+                unresolved_at: AtomicUsize::new(usize::MAX),
                 approx: approx_instant_energy,
             })
             .map_err(|_| PyRuntimeError::new_err("ZeusMonitor is already initialised"))?;
