@@ -281,14 +281,21 @@ def _imported(monkeypatch, *names: str) -> None:
             monkeypatch.delitem(sys.modules, name, raising=False)
 
 
-def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
-    sim_gpus("A40,V100")
-    calls: list[int] = []
+@pytest.fixture
+def auto_syncs(monkeypatch) -> list[int]:
+    """The GPUs the monitor's framework-sync lookup (`cuda_sync`) is called for, in order."""
     import zeus.monitor.energy as energy
 
-    _imported(monkeypatch, "torch")
+    calls: list[int] = []
     monkeypatch.setattr(energy, "sync_available", lambda: True)
     monkeypatch.setattr(energy, "cuda_sync", calls.append)
+    return calls
+
+
+def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch, auto_syncs):
+    sim_gpus("A40,V100")
+    calls = auto_syncs
+    _imported(monkeypatch, "torch")
     mon = ZeusMonitor(gpu_indices=[1, 0])
     mon.begin_window("w")
     assert calls == [1, 0]
@@ -301,14 +308,10 @@ def test_sync_cuda_calls_framework_sync_per_gpu(sim_gpus, monkeypatch):
     assert calls == [1, 0, 1, 0]
 
 
-def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch):
+def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch, auto_syncs):
     sim_gpus("A40")
-    calls: list[int] = []
-    import zeus.monitor.energy as energy
-
+    calls = auto_syncs
     _imported(monkeypatch, "torch")
-    monkeypatch.setattr(energy, "sync_available", lambda: True)
-    monkeypatch.setattr(energy, "cuda_sync", calls.append)
     mon = ZeusMonitor()
     mon.begin_window("w", sync_execution=False)
     zeus.device.sim.advance(1.0)
@@ -343,13 +346,9 @@ def test_sync_execution_with_picks_the_framework(sim_gpus, monkeypatch):
         ZeusMonitor(sync_execution_with="tensorflow")  # type: ignore[arg-type]
 
 
-def test_sync_imports_no_framework_and_finds_one_imported_later(sim_gpus, monkeypatch):
+def test_sync_imports_no_framework_and_finds_one_imported_later(sim_gpus, monkeypatch, auto_syncs):
     sim_gpus("A40")
-    import zeus.monitor.energy as energy
-
-    calls: list[int] = []
-    monkeypatch.setattr(energy, "cuda_sync", calls.append)
-    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    calls = auto_syncs
     _imported(monkeypatch)
     mon = ZeusMonitor()
     mon.begin_window("w")
