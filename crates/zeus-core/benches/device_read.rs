@@ -30,8 +30,7 @@ fn bench(c: &mut Criterion) {
         workload: None,
         fidelity: zeus_core::device::sim::Fidelity::Ideal,
         load: Load::Busy,
-        energy_read_cost_s: None,
-        shared: None,
+        ..SimConfig::default()
     });
     let sim: Arc<dyn Gpu> = cluster.devices()[0].clone();
     c.bench_function("energy read: in-process simulated GPU", |b| {

@@ -24,8 +24,7 @@ fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
         workload: None,
         fidelity,
         load: Load::Busy,
-        energy_read_cost_s: None,
-        shared: None,
+        ..SimConfig::default()
     });
     cluster.gpus()
 }

@@ -13,8 +13,7 @@ fn dropping_the_last_clone_restores_and_restore_all_reaches_live_guards() {
         workload: None,
         fidelity: Fidelity::Ideal,
         load: Load::Idle,
-        energy_read_cost_s: None,
-        shared: None,
+        ..SimConfig::default()
     });
     let gpus = cluster.gpus();
     let limit = |i: usize| gpus.device(i).unwrap().power_management_limit().unwrap();

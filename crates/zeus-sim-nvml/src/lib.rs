@@ -20,11 +20,14 @@
 use std::ffi::{c_char, c_int, c_longlong, c_uint, c_ulonglong, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use zeus_core::device::error::nvml_code::*;
 use zeus_core::device::error::nvml_error_string;
+use zeus_core::device::sim::board::{error_code, Fault};
 use zeus_core::device::sim::{
-    Load, SimCluster, SimConfig, SimGpu, CLOCK_EVENT_GPU_IDLE, CLOCK_EVENT_SW_POWER_CAP,
+    FieldTimestamps, Load, SimCluster, SimConfig, SimGpu, CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_SW_POWER_CAP,
 };
 use zeus_core::device::{Clock, Gpu, GpuError};
 
@@ -526,10 +529,17 @@ pub struct FieldValue {
     pub value: u64,
 }
 
+const NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: c_uint = 83;
 const NVML_FI_DEV_POWER_AVERAGE: c_uint = 185;
 const NVML_FI_DEV_POWER_INSTANT: c_uint = 186;
 const NVML_VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+const NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
 
+/// Field values: the energy counter and both power readings. `timestamp` is "CPU Timestamp of
+/// this value in microseconds since 1970": the moment the driver updated the value (the
+/// update a power reading comes from, the moment the counter published its value), or the
+/// moment of the call with `ZEUS_SIM_FIELD_TIMESTAMP=call`. `latencyUsec` is what the read
+/// cost.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
     device: Handle,
@@ -541,25 +551,37 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         if count < 0 || (count > 0 && values.is_null()) {
             return Err(INVALID_ARGUMENT);
         }
-        let now_us = (c.clock().now() * 1e6) as c_longlong;
+        let call_timestamps = d.board().field_timestamps == FieldTimestamps::Call;
         for i in 0..count as usize {
             let fv = &mut *values.add(i);
+            let started = Instant::now();
             let r = match fv.field_id {
-                NVML_FI_DEV_POWER_INSTANT => d.instant_power_usage(),
-                NVML_FI_DEV_POWER_AVERAGE => d.average_power_usage(),
+                NVML_FI_DEV_POWER_INSTANT => d
+                    .power_reading(true)
+                    .map(|(mw, t)| (u64::from(mw), t, NVML_VALUE_TYPE_UNSIGNED_INT)),
+                NVML_FI_DEV_POWER_AVERAGE => d
+                    .power_reading(false)
+                    .map(|(mw, t)| (u64::from(mw), t, NVML_VALUE_TYPE_UNSIGNED_INT)),
+                NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION => d
+                    .energy_reading()
+                    .map(|(mj, t)| (mj, t, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG)),
                 _ => Err(GpuError::NotSupported(String::new())),
             };
-            fv.timestamp = now_us;
-            fv.latency_usec = 0;
-            fv.value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
+            let now = c.clock().now();
+            fv.latency_usec = started.elapsed().as_micros() as c_longlong;
             match r {
-                Ok(v) => {
+                Ok((v, t, kind)) => {
                     fv.nvml_return = SUCCESS;
-                    fv.value = v as u64;
+                    fv.value_type = kind;
+                    fv.value = v;
+                    let t = if call_timestamps { now } else { t };
+                    fv.timestamp = (t * 1e6) as c_longlong;
                 }
                 Err(e) => {
                     fv.nvml_return = e.nvml_code();
+                    fv.value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
                     fv.value = 0;
+                    fv.timestamp = (now * 1e6) as c_longlong;
                 }
             }
         }
@@ -1067,4 +1089,57 @@ pub unsafe extern "C" fn zeusSimRun(work: f64, seconds: *mut f64) -> Ret {
         }
         Ok(())
     })
+}
+
+/// Make calls of simulated GPU `index` fail with NVML error `nvml_return` for `seconds` (`inf`:
+/// for good), starting `after` seconds from now. `calls` is a bit set: 1 the energy counter, 2
+/// the power readings, 4 every other device call.
+#[no_mangle]
+pub extern "C" fn zeusSimInjectFault(
+    index: c_uint,
+    calls: c_uint,
+    after: f64,
+    seconds: f64,
+    nvml_return: c_uint,
+) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        let d = c.device(index as usize).map_err(code)?;
+        let valid = after.is_finite() && after >= 0.0 && seconds >= 0.0 && !seconds.is_nan();
+        if !valid || calls == 0 || calls & !7 != 0 || nvml_return == SUCCESS {
+            return Err(INVALID_ARGUMENT);
+        }
+        let now = c.clock().now();
+        d.inject_fault(Fault {
+            calls,
+            from: now + after,
+            until: now + after + seconds,
+            code: nvml_return,
+        });
+        Ok(())
+    })
+}
+
+/// Reset simulated GPU `index`'s energy counter to 0 now (as a driver reload does).
+#[no_mangle]
+pub extern "C" fn zeusSimResetCounter(index: c_uint) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        c.device(index as usize).map_err(code)?.reset_counter();
+        Ok(())
+    })
+}
+
+/// The NVML return code of an error name (`GPU_IS_LOST`, `NVML_ERROR_TIMEOUT`, ...), or 0 for
+/// a name the simulator does not know; for tests that schedule faults by name.
+#[no_mangle]
+pub unsafe extern "C" fn zeusSimErrorCode(name: *const c_char) -> Ret {
+    if name.is_null() {
+        return 0;
+    }
+    CStr::from_ptr(name)
+        .to_str()
+        .ok()
+        .and_then(error_code)
+        .unwrap_or(0)
 }

@@ -102,6 +102,21 @@ pub trait Gpu: Send + Sync {
     fn supports_total_energy_consumption(&self) -> GpuResult<bool>;
     /// Energy since the driver was loaded, mJ. Monotonic.
     fn total_energy_consumption(&self) -> GpuResult<u64>;
+    /// A power reading (instant where `instant`, else the driver's average) with the moment
+    /// the driver says it describes, where it says one (NVML's field values carry a timestamp;
+    /// whether it moves with the value's updates or with the calls depends on the driver, and
+    /// the sampler finds out). The default reads the plain value, without a time.
+    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
+        let milliwatts = if instant {
+            self.instant_power_usage()?
+        } else {
+            self.average_power_usage()?
+        };
+        Ok(PowerSample {
+            milliwatts,
+            timestamp: None,
+        })
+    }
     /// How often the driver refreshes its power reading, in seconds, if the backend knows it.
     /// NVML does not say; the simulated GPU does. `None` means "detect it by sampling".
     fn power_update_period(&self) -> Option<f64> {
@@ -138,6 +153,14 @@ pub trait Gpu: Send + Sync {
             "utilization: not supported by this backend".into(),
         ))
     }
+}
+
+/// A power reading and the driver's timestamp of it (seconds since the Unix epoch, the
+/// backend clock's scale), where the driver gives one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PowerSample {
+    pub milliwatts: u32,
+    pub timestamp: Option<f64>,
 }
 
 /// Device memory, bytes (`nvmlMemory_t`).

@@ -13,10 +13,10 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::{DeviceArchitecture, GpuLockedClocksSetting};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
-use nvml_wrapper::sys_exports::field_id::NVML_FI_DEV_POWER_INSTANT;
+use nvml_wrapper::sys_exports::field_id::{NVML_FI_DEV_POWER_AVERAGE, NVML_FI_DEV_POWER_INSTANT};
 use nvml_wrapper::{Device, Nvml};
 
-use super::{Architecture, Gpu, GpuError, GpuResult, MemoryInfo, Utilization};
+use super::{Architecture, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization};
 
 /// The process-wide NVML handle. NVML's init is reference counted and cheap to keep; keeping
 /// one lets every `NvmlGpu` hold a `Device<'static>` and skip the handle lookup on hot paths.
@@ -141,6 +141,34 @@ macro_rules! call {
     };
 }
 
+impl NvmlGpu {
+    /// One power field value (mW) with its timestamp (`nvmlFieldValue_t.timestamp`, µs since
+    /// the epoch, as seconds).
+    fn power_field(&self, field: u32, name: &str) -> GpuResult<PowerSample> {
+        let ctx = format!("nvmlDeviceGetFieldValues({name})");
+        let mut samples = self
+            .device
+            .field_values_for(&[FieldId(field)])
+            .map_err(|e| map_nvml_error(e, &ctx))?;
+        let sample = samples
+            .pop()
+            .ok_or_else(|| GpuError::Unknown(format!("{ctx} returned nothing")))?
+            .map_err(|e| map_nvml_error(e, &ctx))?;
+        let value = sample.value.map_err(|e| map_nvml_error(e, &ctx))?;
+        use nvml_wrapper::enums::device::SampleValue;
+        let milliwatts = match value {
+            SampleValue::U32(v) => v,
+            SampleValue::U64(v) => v.min(u64::from(u32::MAX)) as u32,
+            SampleValue::I64(v) => v.clamp(0, i64::from(u32::MAX)) as u32,
+            SampleValue::F64(v) => v.max(0.0) as u32,
+        };
+        Ok(PowerSample {
+            milliwatts,
+            timestamp: (sample.timestamp > 0).then(|| sample.timestamp as f64 * 1e-6),
+        })
+    }
+}
+
 impl Gpu for NvmlGpu {
     fn name(&self) -> GpuResult<String> {
         call!(self.device.name(), "nvmlDeviceGetName")
@@ -246,23 +274,22 @@ impl Gpu for NvmlGpu {
         call!(self.device.power_usage(), "nvmlDeviceGetPowerUsage")
     }
     fn instant_power_usage(&self) -> GpuResult<u32> {
-        let mut samples = call!(
-            self.device
-                .field_values_for(&[FieldId(NVML_FI_DEV_POWER_INSTANT)]),
-            "nvmlDeviceGetFieldValues"
-        )?;
-        let sample = samples
-            .pop()
-            .ok_or_else(|| GpuError::Unknown("nvmlDeviceGetFieldValues returned nothing".into()))?;
-        let sample = call!(sample, "nvmlDeviceGetFieldValues(POWER_INSTANT)")?;
-        let value = call!(sample.value, "nvmlDeviceGetFieldValues(POWER_INSTANT)")?;
-        use nvml_wrapper::enums::device::SampleValue;
-        Ok(match value {
-            SampleValue::U32(v) => v,
-            SampleValue::U64(v) => v as u32,
-            SampleValue::I64(v) => v.max(0) as u32,
-            SampleValue::F64(v) => v.max(0.0) as u32,
-        })
+        self.power_field(NVML_FI_DEV_POWER_INSTANT, "POWER_INSTANT")
+            .map(|s| s.milliwatts)
+    }
+    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
+        if instant {
+            self.power_field(NVML_FI_DEV_POWER_INSTANT, "POWER_INSTANT")
+        } else {
+            match self.power_field(NVML_FI_DEV_POWER_AVERAGE, "POWER_AVERAGE") {
+                // Drivers before the average field: the plain call, without a time.
+                Err(GpuError::NotSupported(_)) => Ok(PowerSample {
+                    milliwatts: self.average_power_usage()?,
+                    timestamp: None,
+                }),
+                other => other,
+            }
+        }
     }
     fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
         if let Some(&s) = self.supports_energy.get() {

@@ -519,8 +519,7 @@ pub(crate) mod tests {
             workload: None,
             fidelity: crate::device::sim::Fidelity::Ideal,
             load: Load::Idle,
-            energy_read_cost_s: None,
-            shared: None,
+            ..SimConfig::default()
         }));
         let gpus = c.gpus();
         (c, gpus)

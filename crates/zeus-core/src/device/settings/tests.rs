@@ -14,8 +14,7 @@ fn sim_cluster_gpus() -> (SimCluster, Gpus) {
         workload: None,
         fidelity: crate::device::sim::Fidelity::Ideal,
         load: Load::Idle,
-        energy_read_cost_s: None,
-        shared: None,
+        ..SimConfig::default()
     });
     let gpus = cluster.gpus();
     (cluster, gpus)

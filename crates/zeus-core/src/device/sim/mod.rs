@@ -18,11 +18,14 @@
 //!   (default: the preset's; the H100 measured 3.5-6 ms).
 //! - `ZEUS_SIM_SHARED`: a file path; every process naming the same file shares the devices'
 //!   mutable state, as processes share a real GPU (see [`shared`]). Not with a virtual clock.
+//! - The board's timing and quirks (update periods, counter lag and resolution, power noise, no
+//!   instant power, counter resets, a fault schedule): see [`board`].
 //!
 //! Energy is the exact integral of the modelled power over time; the state is integrated lazily
 //! whenever it is read or changed. What a reading *returns* depends on the fidelity: with `real`,
 //! what a driver would have published by then (see [`Fidelity::Real`]).
 
+pub mod board;
 pub mod clock;
 pub mod preset;
 pub mod shared;
@@ -32,12 +35,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use board::{Board, BoardKnobs, Fault, FieldTimestamps};
 pub use clock::SimClock;
 pub use preset::{Preset, PRESETS};
 pub use workload::{ClockCurve, ClockPoint, CurvePoint, WorkloadCurve};
 
 use super::{
-    Architecture, BackendKind, Clock, Gpu, GpuError, GpuResult, Gpus, MemoryInfo, Utilization,
+    Architecture, BackendKind, Clock, Gpu, GpuError, GpuResult, Gpus, MemoryInfo, PowerSample,
+    Utilization,
 };
 
 /// What a simulated GPU is doing.
@@ -158,12 +163,6 @@ impl Segment {
     }
 }
 
-/// How much past a real-fidelity device remembers: a trailing average window plus an update
-/// period and the counter's delay, with room to spare.
-fn history_span(preset: &Preset) -> f64 {
-    preset.average_window_s + 2.0 * preset.power_update_period_s + preset.counter_delay_s + 0.5
-}
-
 #[derive(Debug)]
 struct State {
     power_limit_mw: u32,
@@ -198,9 +197,17 @@ pub struct SimGpu {
     /// Real fidelity: busy CPU one energy-counter read costs, s (the preset's, unless
     /// `ZEUS_SIM_ENERGY_READ_MS` says otherwise).
     energy_read_cost_s: f64,
+    /// The board's timing and quirks (the preset's, unless `ZEUS_SIM_*` says otherwise).
+    board: Board,
     /// Real fidelity: where in its update period this device's driver publishes (s), so that
     /// several GPUs do not tick in lockstep.
     tick_phase: f64,
+    /// Real fidelity, a counter off the power grid: where in its period the counter updates.
+    counter_phase: f64,
+    /// Injected faults, on this device's clock.
+    faults: Mutex<Vec<Fault>>,
+    /// Counter resets: when, and the energy (J) at that moment once known.
+    resets: Mutex<Vec<(f64, Option<f64>)>>,
     /// Locally, the state; for a shared device, this process's copy of it.
     state: Mutex<State>,
     /// `ZEUS_SIM_SHARED`: where the state really lives.
@@ -215,13 +222,14 @@ fn splitmix64(mut x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Relative amplitude of the reading noise on the averaged power.
-const POWER_NOISE: f64 = 0.01;
-
 /// A uniform number in `[-1, 1)` fixed by `seed`.
 fn unit_noise(seed: u64) -> f64 {
     let u = (splitmix64(seed) >> 11) as f64 / (1u64 << 53) as f64;
     2.0 * u - 1.0
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Keep this thread busy for `seconds`, as a driver call that costs CPU time does.
@@ -318,15 +326,15 @@ impl State {
         self.segment().is_busy_at(t)
     }
 
-    /// Integrate up to `t`; call before any change that alters power. With `keep_history`, the
-    /// stretch that ends here is remembered for a while.
-    fn settle(&mut self, preset: &Preset, t: f64, keep_history: bool) {
+    /// Integrate up to `t`; call before any change that alters power. With `history` (seconds),
+    /// the stretch that ends here is remembered for that long.
+    fn settle(&mut self, preset: &Preset, t: f64, history: Option<f64>) {
         if t <= self.t_last {
             return;
         }
-        if keep_history {
+        if let Some(span) = history {
             self.past.push_back(self.segment());
-            let horizon = t - history_span(preset);
+            let horizon = t - span;
             while self.past.len() >= 2 && self.past[1].t0 <= horizon {
                 self.past.pop_front();
             }
@@ -387,11 +395,101 @@ impl SimGpu {
             clock,
             fidelity,
             energy_read_cost_s: preset.energy_read_cost_s,
-            tick_phase: (unit_noise(index as u64 ^ 0x7e1c_0000) + 1.0) / 2.0
-                * preset.power_update_period_s,
+            board: Board::of(preset),
+            tick_phase: 0.0,
+            counter_phase: 0.0,
+            faults: Mutex::new(Vec::new()),
+            resets: Mutex::new(Vec::new()),
             state: Mutex::new(state),
             shared: None,
         }
+        .with_board(Board::of(preset))
+    }
+
+    /// This device with `board`'s timing (phases drawn per device from its index).
+    pub fn with_board(mut self, board: Board) -> SimGpu {
+        let draw = |salt: u64| (unit_noise(self.index as u64 ^ salt) + 1.0) / 2.0;
+        self.tick_phase = draw(0x7e1c_0000) * board.power_period_s;
+        self.counter_phase = if board.counter_on_power_grid() {
+            self.tick_phase
+        } else {
+            draw(0xc0_0e7e_0000) * board.counter_period_s
+        };
+        self.board = board;
+        self
+    }
+
+    /// Apply `knobs` to this device: its board, and the counter resets and faults they schedule
+    /// (in seconds from now).
+    fn with_knobs(self, knobs: &BoardKnobs) -> SimGpu {
+        let board = knobs.board_for(self.preset);
+        let g = self.with_board(board);
+        let now = g.clock.now();
+        for f in &knobs.faults {
+            g.inject_fault(Fault {
+                from: now + f.from,
+                until: now + f.until,
+                ..f.clone()
+            });
+        }
+        for t in &knobs.counter_resets_s {
+            lock(&g.resets).push((now + t, None));
+        }
+        g
+    }
+
+    /// The board's timing and quirks.
+    pub fn board(&self) -> &Board {
+        &self.board
+    }
+
+    /// Make the calls `fault.calls` fail with `fault.code` from `fault.from` to `fault.until` (on
+    /// this device's clock).
+    pub fn inject_fault(&self, fault: Fault) {
+        let mut f = lock(&self.faults);
+        let now = self.clock.now();
+        f.retain(|x| x.until > now);
+        f.push(fault);
+    }
+
+    /// Fail with the scheduled error if a fault covers `call` now.
+    fn check_fault(&self, bits: u32, call: &str) -> GpuResult<()> {
+        let f = lock(&self.faults);
+        if f.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now();
+        match f
+            .iter()
+            .find(|x| x.calls & bits != 0 && x.from <= now && now < x.until)
+        {
+            Some(x) => Err(x.error(call)),
+            None => Ok(()),
+        }
+    }
+
+    /// Reset the energy counter to 0 now (as a driver reload does).
+    pub fn reset_counter(&self) {
+        let now = self.clock.now();
+        let e = self.true_energy_j();
+        lock(&self.resets).push((now, Some(e)));
+    }
+
+    /// The energy (J) the counter had counted before its latest reset at or before `t` (0
+    /// without one). Resets scheduled ahead learn their energy once their time has come.
+    fn reset_offset(&self, s: &State, t: f64) -> f64 {
+        let mut r = lock(&self.resets);
+        let mut latest: Option<(f64, f64)> = None;
+        for (at, e) in r.iter_mut() {
+            if *at > t {
+                continue;
+            }
+            let e = *e.get_or_insert_with(|| s.energy_at_past(self.preset, *at));
+            if latest.is_none_or(|(l, _)| *at >= l) {
+                latest = Some((*at, e));
+            }
+        }
+        latest.map_or(0.0, |(_, e)| e)
     }
 
     /// Whether this device's state is shared with other processes (`ZEUS_SIM_SHARED`).
@@ -415,11 +513,96 @@ impl SimGpu {
         }
     }
 
-    /// The latest driver update at or before `t`, and its number.
+    /// The latest update of the power readings at or before `t`, and its number.
     fn last_tick(&self, t: f64) -> (f64, i64) {
-        let p = self.preset.power_update_period_s;
+        let p = self.board.power_period_s;
         let k = ((t - self.tick_phase) / p).floor();
         (self.tick_phase + k * p, k as i64)
+    }
+
+    /// The latest update of the energy counter at or before `t`.
+    fn last_counter_update(&self, t: f64) -> f64 {
+        let p = self.board.counter_period_s;
+        self.counter_phase + ((t - self.counter_phase) / p).floor() * p
+    }
+
+    /// What the counter shows at `now`: the energy at its last update that has been published,
+    /// counted since the last reset, in steps of its resolution; and the time of that update.
+    fn counter_reading(&self, now: f64) -> (u64, f64) {
+        let (t, e) = if self.real() {
+            let t = self.last_counter_update(now - self.board.counter_lag_s);
+            let s = self.state();
+            let e = s.energy_at_past(self.preset, t) - self.reset_offset(&s, t);
+            (t, e)
+        } else {
+            let s = self.state();
+            let e = s.energy_at(self.preset, now) - self.reset_offset(&s, now);
+            (now, e)
+        };
+        let res = self.board.counter_resolution_mj.max(1);
+        let mj = (e.max(0.0) * 1000.0) as u64;
+        (mj - mj % res, t)
+    }
+
+    /// A power reading and the moment it describes (the update it comes from at real fidelity,
+    /// now at ideal): instant power, or the driver's average.
+    pub fn power_reading(&self, instant: bool) -> GpuResult<(u32, f64)> {
+        if instant && !self.board.instant_power {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT): Not Supported".into(),
+            ));
+        }
+        self.check_fault(board::calls::POWER, "nvmlDeviceGetPowerUsage")?;
+        self.pay(self.preset.power_read_cost_s);
+        let now = self.clock.now();
+        let noise = self.board.power_noise;
+        if self.real() {
+            let (t, k) = self.last_tick(now);
+            let s = self.state();
+            let w = self.board.average_window_s;
+            let p = if instant {
+                // The power at the last update, with a little noise per update.
+                s.power_at_past(self.preset, t) * (1.0 + noise * self.noise(k, 2))
+            } else if w > 0.0 {
+                // The trailing average published at the last update.
+                (s.energy_at_past(self.preset, t) - s.energy_at_past(self.preset, t - w)) / w
+                    * (1.0 + noise * self.noise(k, 1))
+            } else {
+                // Boards whose "average" is the instantaneous sample at the update.
+                s.power_at_past(self.preset, t) * (1.0 + noise * self.noise(k, 1))
+            };
+            return Ok(((p.max(0.0) * 1000.0).round() as u32, t));
+        }
+        if instant {
+            return Ok(((self.true_power_w() * 1000.0).round() as u32, now));
+        }
+        // Piecewise constant over the driver's update period, with a little deterministic noise
+        // per period, as real boards behave (and as update-period detection relies on).
+        let period = self.board.power_period_s;
+        let slot = (now / period).floor() as u64;
+        let u = (splitmix64(slot ^ ((self.index as u64) << 56)) >> 11) as f64 / (1u64 << 53) as f64;
+        let p = self.true_power_w() * (1.0 + noise * (2.0 * u - 1.0));
+        Ok(((p * 1000.0).round() as u32, now))
+    }
+
+    /// The energy counter (mJ) and the moment its value was published (the update plus the
+    /// counter's lag at real fidelity; now at ideal).
+    pub fn energy_reading(&self) -> GpuResult<(u64, f64)> {
+        if !self.preset.energy_counter {
+            return Err(GpuError::NotSupported(
+                "nvmlDeviceGetTotalEnergyConsumption: Not Supported (pre-Volta GPU)".into(),
+            ));
+        }
+        self.check_fault(board::calls::ENERGY, "nvmlDeviceGetTotalEnergyConsumption")?;
+        self.pay(self.energy_read_cost_s);
+        let now = self.clock.now();
+        let (mj, t) = self.counter_reading(now);
+        let published = if self.real() {
+            t + self.board.counter_lag_s
+        } else {
+            now
+        };
+        Ok((mj, published))
     }
 
     /// Reading noise of update `k` of this device, `[-1, 1)`, different per reading `kind`.
@@ -452,7 +635,8 @@ impl SimGpu {
     /// clock only once it holds the lock so that writers' times never go backwards.
     fn write<R>(&self, f: impl FnOnce(&mut State, f64) -> R) -> R {
         // Shared devices always keep history: another process may read at real fidelity.
-        let keep_history = self.real() || self.shared.is_some();
+        let keep_history =
+            (self.real() || self.shared.is_some()).then(|| self.board.history_span());
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let step = |s: &mut State| {
             let now = self.clock.now();
@@ -600,18 +784,28 @@ impl Gpu for SimGpu {
         Ok(self.preset.architecture)
     }
     fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
+        self.check_fault(
+            board::calls::OTHER,
+            "nvmlDeviceGetPowerManagementLimitConstraints",
+        )?;
         Ok((
             self.preset.min_power_limit_mw,
             self.preset.max_power_limit_mw,
         ))
     }
     fn power_management_limit_default(&self) -> GpuResult<u32> {
+        self.check_fault(
+            board::calls::OTHER,
+            "nvmlDeviceGetPowerManagementDefaultLimit",
+        )?;
         Ok(self.preset.default_power_limit_mw)
     }
     fn power_management_limit(&self) -> GpuResult<u32> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetPowerManagementLimit")?;
         Ok(self.state().power_limit_mw)
     }
     fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceSetPowerManagementLimit")?;
         self.check_privileged("nvmlDeviceSetPowerManagementLimit")?;
         let (min, max) = (
             self.preset.min_power_limit_mw,
@@ -626,9 +820,11 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn persistence_mode(&self) -> GpuResult<bool> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetPersistenceMode")?;
         Ok(self.state().persistence)
     }
     fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceSetPersistenceMode")?;
         self.check_privileged("nvmlDeviceSetPersistenceMode")?;
         self.mutate(|s| s.persistence = enabled);
         Ok(())
@@ -646,6 +842,7 @@ impl Gpu for SimGpu {
         Ok(self.preset.graphics_clocks_mhz())
     }
     fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceSetGpuLockedClocks")?;
         if self.preset.architecture < Architecture::Volta {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceSetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
@@ -665,6 +862,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceResetGpuLockedClocks")?;
         if self.preset.architecture < Architecture::Volta {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceResetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
@@ -675,6 +873,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceSetMemoryLockedClocks")?;
         if self.preset.architecture < Architecture::Ampere {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceSetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
@@ -692,6 +891,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceResetMemoryLockedClocks")?;
         if self.preset.architecture < Architecture::Ampere {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceResetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
@@ -702,73 +902,36 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn average_power_usage(&self) -> GpuResult<u32> {
-        self.pay(self.preset.power_read_cost_s);
-        if self.real() {
-            // The trailing average published at the last update (the instantaneous sample there
-            // on boards without an averaging window).
-            let (t, k) = self.last_tick(self.clock.now());
-            let w = self.preset.average_window_s;
-            let s = self.state();
-            let p = if w > 0.0 {
-                (s.energy_at_past(self.preset, t) - s.energy_at_past(self.preset, t - w)) / w
-            } else {
-                s.power_at_past(self.preset, t)
-            };
-            let p = p * (1.0 + POWER_NOISE * self.noise(k, 1));
-            return Ok((p * 1000.0).round() as u32);
-        }
-        // Piecewise constant over the driver's update period, with a little deterministic noise
-        // per period, as real boards behave (and as update-period detection relies on).
-        let now = self.clock.now();
-        let period = self.preset.power_update_period_s;
-        let slot = (now / period).floor() as u64;
-        let u = (splitmix64(slot ^ ((self.index as u64) << 56)) >> 11) as f64 / (1u64 << 53) as f64;
-        let p = self.true_power_w() * (1.0 + POWER_NOISE * (2.0 * u - 1.0));
-        Ok((p * 1000.0).round() as u32)
+        self.power_reading(false).map(|(mw, _)| mw)
     }
     fn instant_power_usage(&self) -> GpuResult<u32> {
-        if !self.preset.instant_power {
-            return Err(GpuError::NotSupported(
-                "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT): Not Supported".into(),
-            ));
-        }
-        self.pay(self.preset.power_read_cost_s);
-        if self.real() {
-            // The power at the last update, with a little noise per update.
-            let (t, k) = self.last_tick(self.clock.now());
-            let p = self.state().power_at_past(self.preset, t);
-            let p = p * (1.0 + POWER_NOISE * self.noise(k, 2));
-            return Ok((p * 1000.0).round() as u32);
-        }
-        Ok((self.true_power_w() * 1000.0).round() as u32)
+        self.power_reading(true).map(|(mw, _)| mw)
+    }
+    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
+        let (milliwatts, t) = self.power_reading(instant)?;
+        Ok(PowerSample {
+            milliwatts,
+            timestamp: Some(match self.board.field_timestamps {
+                FieldTimestamps::Update => t,
+                FieldTimestamps::Call => self.clock.now(),
+            }),
+        })
     }
     fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
         Ok(self.preset.energy_counter)
     }
     fn total_energy_consumption(&self) -> GpuResult<u64> {
-        if !self.preset.energy_counter {
-            return Err(GpuError::NotSupported(
-                "nvmlDeviceGetTotalEnergyConsumption: Not Supported (pre-Volta GPU)".into(),
-            ));
-        }
-        self.pay(self.energy_read_cost_s);
-        if self.real() {
-            // The energy at the last update, published `counter_delay_s` after it.
-            let now = self.clock.now();
-            let (t, _) = self.last_tick(now - self.preset.counter_delay_s);
-            let e = self.state().energy_at_past(self.preset, t);
-            return Ok((e.max(0.0) * 1000.0) as u64);
-        }
-        Ok((self.true_energy_j() * 1000.0) as u64)
+        self.energy_reading().map(|(mj, _)| mj)
     }
     fn power_update_period(&self) -> Option<f64> {
-        Some(self.preset.power_update_period_s)
+        Some(self.board.power_period_s)
     }
     fn pci_bus_id(&self) -> GpuResult<String> {
         // One GPU per bus, from bus 0x01 on.
         Ok(format!("00000000:{:02X}:00.0", self.index + 1))
     }
     fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetClockInfo")?;
         let busy = self.reading_busy();
         let (gpu_locked, mem_locked, natural) = {
             let s = self.state();
@@ -798,6 +961,7 @@ impl Gpu for SimGpu {
         Ok((graphics, memory))
     }
     fn temperature_c(&self) -> GpuResult<u32> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetTemperature")?;
         // Steady state of the power drawn (no thermal mass): 30 °C idle to 80 °C at the
         // maximum limit.
         let p = self.reading_power_w();
@@ -807,6 +971,7 @@ impl Gpu for SimGpu {
         Ok(t.round() as u32)
     }
     fn memory_info(&self) -> GpuResult<MemoryInfo> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetMemoryInfo")?;
         // A job holding 60% of memory while busy, the driver's 512 MiB otherwise.
         let total = self.preset.memory_mib << 20;
         let used = if self.reading_busy() {
@@ -817,6 +982,7 @@ impl Gpu for SimGpu {
         Ok(MemoryInfo { total, used })
     }
     fn utilization_rates(&self) -> GpuResult<Utilization> {
+        self.check_fault(board::calls::OTHER, "nvmlDeviceGetUtilizationRates")?;
         Ok(if self.reading_busy() {
             Utilization {
                 gpu: 100,
@@ -843,6 +1009,8 @@ pub struct SimConfig {
     /// `ZEUS_SIM_SHARED`: the file whose devices this process shares with every process naming
     /// it (see [`shared`]); `None`: private devices.
     pub shared: Option<std::path::PathBuf>,
+    /// Overrides of every board's timing and quirks, and scheduled faults (see [`board`]).
+    pub board: BoardKnobs,
 }
 
 impl Default for SimConfig {
@@ -858,6 +1026,7 @@ impl Default for SimConfig {
             fidelity: Fidelity::Real,
             energy_read_cost_s: None,
             shared: None,
+            board: BoardKnobs::default(),
         }
     }
 }
@@ -928,6 +1097,7 @@ impl SimConfig {
             _ => None,
         };
         let shared = shared::path_from_env();
+        let board = BoardKnobs::from_env()?;
         let config = SimConfig {
             presets,
             virtual_clock,
@@ -941,6 +1111,7 @@ impl SimConfig {
             },
             energy_read_cost_s,
             shared,
+            board,
         };
         config.check()?;
         Ok(config)
@@ -997,7 +1168,7 @@ impl SimCluster {
                     if let Some(cost) = config.energy_read_cost_s {
                         g.energy_read_cost_s = cost;
                     }
-                    g
+                    g.with_knobs(&config.board)
                 })
                 .collect()
         };
@@ -1088,6 +1259,7 @@ pub fn reset_global_cluster() {
 
 #[cfg(test)]
 mod tests {
+    use super::super::error;
     use super::*;
     use proptest::prelude::*;
 
@@ -1387,6 +1559,118 @@ mod tests {
             e.contains("bert_train_step") && e.contains("/no/such.csv"),
             "{e}"
         );
+    }
+
+    fn h100_board(knobs: BoardKnobs) -> SimCluster {
+        SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            virtual_clock: true,
+            board: knobs,
+            ..SimConfig::default()
+        })
+    }
+
+    #[test]
+    fn a_counter_on_its_own_grid_publishes_late_in_steps_of_its_resolution() {
+        let c = h100_board(BoardKnobs {
+            counter_period_s: Some(0.05),
+            counter_lag_s: Some(0.07),
+            counter_resolution_mj: Some(500),
+            ..BoardKnobs::default()
+        });
+        let g = &c.devices[0];
+        g.set_load(Load::Busy);
+        c.clock.advance(1.0);
+        let mut changes = Vec::new();
+        let mut last = g.energy_reading().unwrap();
+        for _ in 0..1000 {
+            c.clock.advance(0.001);
+            let r = g.energy_reading().unwrap();
+            assert_eq!(r.0 % 500, 0, "resolution");
+            if r.0 != last.0 {
+                // Published exactly at an update plus the lag, and it is the energy then.
+                assert!((r.1 - c.clock.now()).abs() <= 0.001 + 1e-9, "{r:?}");
+                let update = r.1 - 0.07;
+                let truth = g.state().energy_at_past(g.preset, update) * 1000.0;
+                assert!((r.0 as f64 - truth).abs() <= 500.0, "{} vs {truth}", r.0);
+                changes.push(r.1);
+            }
+            last = r;
+        }
+        assert!((19..=21).contains(&changes.len()), "{changes:?}");
+        assert!(changes
+            .windows(2)
+            .all(|w| (w[1] - w[0] - 0.05).abs() < 0.0015));
+    }
+
+    #[test]
+    fn faults_fail_the_chosen_calls_for_their_time_and_resets_restart_the_counter() {
+        let c = h100_board(BoardKnobs {
+            faults: board::parse_faults("energy@0.5+0.3;power@1+inf=TIMEOUT").unwrap(),
+            ..BoardKnobs::default()
+        });
+        let g = &c.devices[0];
+        assert!(g.total_energy_consumption().is_ok());
+        c.clock.advance(0.6);
+        assert!(matches!(
+            g.total_energy_consumption(),
+            Err(GpuError::GpuLost(_))
+        ));
+        assert!(g.instant_power_usage().is_ok());
+        assert!(g.power_management_limit().is_ok());
+        c.clock.advance(0.3);
+        let before = g.total_energy_consumption().unwrap();
+        assert!(before > 0);
+        c.clock.advance(0.2);
+        let e = g.instant_power_usage().unwrap_err();
+        assert!(
+            matches!(e, GpuError::Timeout(_)) && e.to_string().contains("simulated"),
+            "{e}"
+        );
+        c.clock.advance(100.0);
+        assert!(g.average_power_usage().is_err(), "gone for good");
+        let before = g.total_energy_consumption().unwrap();
+        g.reset_counter();
+        c.clock.advance(1.0);
+        let after = g.total_energy_consumption().unwrap();
+        assert!(
+            after < before / 10,
+            "{after} after a reset, {before} before"
+        );
+        g.inject_fault(Fault {
+            calls: board::calls::OTHER,
+            from: c.clock.now(),
+            until: c.clock.now() + 1.0,
+            code: error::nvml_code::UNKNOWN,
+        });
+        assert!(matches!(g.temperature_c(), Err(GpuError::Unknown(_))));
+        assert!(g.total_energy_consumption().is_ok());
+    }
+
+    #[test]
+    fn field_timestamps_say_when_the_value_was_updated_or_when_it_was_read() {
+        let c = h100_board(BoardKnobs::default());
+        let g = &c.devices[0];
+        c.clock.advance(0.5);
+        let a = g.power_sample(true).unwrap();
+        c.clock.advance(0.003);
+        let b = g.power_sample(true).unwrap();
+        let (tick, _) = g.last_tick(c.clock.now());
+        if b.timestamp == a.timestamp {
+            assert_eq!(b.timestamp, Some(tick));
+        }
+        let c2 = h100_board(BoardKnobs {
+            field_timestamps: Some(FieldTimestamps::Call),
+            instant_power: Some(false),
+            ..BoardKnobs::default()
+        });
+        let g = &c2.devices[0];
+        assert!(
+            g.power_sample(true).is_err(),
+            "no instant power on this board"
+        );
+        let s = g.power_sample(false).unwrap();
+        assert_eq!(s.timestamp, Some(c2.clock.now()));
     }
 
     proptest! {
