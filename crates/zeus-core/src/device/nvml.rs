@@ -164,7 +164,7 @@ impl NvmlGpu {
         };
         Ok(PowerSample {
             milliwatts,
-            timestamp: (sample.timestamp > 0).then(|| sample.timestamp as f64 * 1e-6),
+            timestamp: (sample.timestamp > 0).then_some(sample.timestamp as f64 * 1e-6),
         })
     }
 }

@@ -52,9 +52,15 @@ impl SimClock {
     }
 
     pub fn virtual_clock() -> SimClock {
+        SimClock::virtual_from(SystemClock.now().floor())
+    }
+
+    /// A virtual clock that starts at `origin` (seconds since the epoch): the same run every
+    /// time, for tests that must be reproducible to the microsecond.
+    pub fn virtual_from(origin: f64) -> SimClock {
         SimClock {
             is_virtual: true,
-            origin: SystemClock.now().floor(),
+            origin,
             elapsed_ns: AtomicU64::new(0),
             monotonic_offset: None,
         }

@@ -208,6 +208,9 @@ pub struct SimGpu {
     faults: Mutex<Vec<Fault>>,
     /// Counter resets: when, and the energy (J) at that moment once known.
     resets: Mutex<Vec<(f64, Option<f64>)>>,
+    /// On a virtual clock, whether a driver call moves the clock by what it costs (so that a
+    /// test sees reads take time, as they do on the real clock).
+    virtual_call_time: std::sync::atomic::AtomicBool,
     /// Locally, the state; for a shared device, this process's copy of it.
     state: Mutex<State>,
     /// `ZEUS_SIM_SHARED`: where the state really lives.
@@ -400,6 +403,7 @@ impl SimGpu {
             counter_phase: 0.0,
             faults: Mutex::new(Vec::new()),
             resets: Mutex::new(Vec::new()),
+            virtual_call_time: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(state),
             shared: None,
         }
@@ -441,6 +445,12 @@ impl SimGpu {
     /// The board's timing and quirks.
     pub fn board(&self) -> &Board {
         &self.board
+    }
+
+    /// Where in its period the power readings update, and the counter (s), for tests that
+    /// check the sampler's calibration against the truth.
+    pub fn phases(&self) -> (f64, f64) {
+        (self.tick_phase, self.counter_phase)
     }
 
     /// Make the calls `fault.calls` fail with `fault.code` from `fault.from` to `fault.until` (on
@@ -508,9 +518,24 @@ impl SimGpu {
     /// Real fidelity on the real clock: make the calling thread pay what the driver call costs.
     /// (On a virtual clock no time passes during a call, so spinning would only slow tests.)
     fn pay(&self, seconds: f64) {
-        if self.real() && !self.clock.is_virtual() {
-            spin(seconds);
+        if !self.real() {
+            return;
         }
+        if !self.clock.is_virtual() {
+            spin(seconds);
+        } else if self
+            .virtual_call_time
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.clock.advance(seconds);
+        }
+    }
+
+    /// On a virtual clock, make each driver call move the clock by what it costs at real
+    /// fidelity (a counter read 3.5 ms on the H100), as time passes during a real call.
+    pub fn set_virtual_call_time(&self, on: bool) {
+        self.virtual_call_time
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The latest update of the power readings at or before `t`, and its number.
@@ -714,6 +739,12 @@ impl SimGpu {
             s.load = Load::BusyUntil(now + duration);
             duration
         })
+    }
+
+    /// The exact energy integral up to `t`, joules, for a `t` the device still remembers (the
+    /// last seconds at real fidelity; now otherwise).
+    pub fn true_energy_at(&self, t: f64) -> f64 {
+        self.state().energy_at_past(self.preset, t)
     }
 
     /// The exact energy integral so far, joules (the model's ground truth, unrounded).
@@ -1011,6 +1042,8 @@ pub struct SimConfig {
     pub shared: Option<std::path::PathBuf>,
     /// Overrides of every board's timing and quirks, and scheduled faults (see [`board`]).
     pub board: BoardKnobs,
+    /// A virtual clock's start (seconds since the epoch); `None`: now, to the second.
+    pub virtual_origin: Option<f64>,
 }
 
 impl Default for SimConfig {
@@ -1027,6 +1060,7 @@ impl Default for SimConfig {
             energy_read_cost_s: None,
             shared: None,
             board: BoardKnobs::default(),
+            virtual_origin: None,
         }
     }
 }
@@ -1112,6 +1146,7 @@ impl SimConfig {
             energy_read_cost_s,
             shared,
             board,
+            virtual_origin: None,
         };
         config.check()?;
         Ok(config)
@@ -1176,7 +1211,9 @@ impl SimCluster {
             Some(path) => shared::open(path, &config.presets, build)?,
             None => {
                 let clock = Arc::new(if config.virtual_clock {
-                    SimClock::virtual_clock()
+                    config
+                        .virtual_origin
+                        .map_or_else(SimClock::virtual_clock, SimClock::virtual_from)
                 } else {
                     SimClock::real()
                 });

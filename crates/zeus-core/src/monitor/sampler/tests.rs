@@ -1,0 +1,786 @@
+//! The sampler on the simulated GPU's virtual clock.
+
+use super::*;
+use crate::device::sim::{preset, Load, SimCluster, SimConfig, SimGpu};
+use proptest::prelude::*;
+
+fn h100(n: usize) -> SimCluster {
+    SimCluster::new(SimConfig {
+        presets: vec![preset::find("H100").unwrap(); n],
+        virtual_clock: true,
+        ..SimConfig::default()
+    })
+}
+
+/// Run the sampler's schedule on the virtual clock up to `until`.
+fn drive(c: &SimCluster, watched: &[Watched], until: f64) {
+    let clock = c.clock();
+    loop {
+        let next = watched
+            .iter()
+            .map(|w| w.next_due())
+            .fold(f64::INFINITY, f64::min);
+        let now = clock.now();
+        if next > until {
+            clock.advance(until - now);
+            return;
+        }
+        clock.advance(next - now);
+        for w in watched {
+            if w.next_due() <= clock.now() {
+                w.run_due(&*clock, watched.len());
+            }
+        }
+    }
+}
+
+fn watch(c: &SimCluster) -> Vec<Watched> {
+    let now = c.clock().now();
+    c.devices()
+        .iter()
+        .map(|d| {
+            // The NVML backend does not know the period: let the track measure it.
+            let w = Watched::new(d.clone() as Arc<dyn Gpu>, now);
+            w.with_track(|t| t.forget_period());
+            w.hold(Interest::Energy, now);
+            w
+        })
+        .collect()
+}
+
+#[test]
+fn learns_the_period_and_anchors_at_ticks() {
+    let c = h100(1);
+    let w = watch(&c);
+    c.devices()[0].set_load(Load::Busy);
+    let t0 = c.clock().now();
+    drive(&c, &w, t0 + 2.0);
+    w[0].with_track(|t| {
+        assert!(t.is_locked());
+        assert!((t.period() - 0.1).abs() < 1e-3, "{}", t.period());
+        let n = t.anchors().len();
+        assert!((17..=21).contains(&n), "{n} anchors in 2 s");
+        // Each anchor is the counter's value at its tick: compare with the truth there.
+        let dev: &SimGpu = &c.devices()[0];
+        let a = t.anchors()[n - 1];
+        let now = c.clock().now();
+        let truth_then = dev.true_energy_j() - dev.busy_steady_state().1 * (now - a.t);
+        assert!(
+            (a.joules - truth_then).abs() < 0.8,
+            "{} vs {truth_then}",
+            a.joules
+        );
+    });
+}
+
+#[test]
+fn a_tight_loop_of_windows_keeps_two_edges_per_tick_interval() {
+    let mut t = Track::new(0.0, Some(0.1));
+    t.on_power(0.0, 100_000, None); // the first reading: no tick yet
+    assert!(t.ticks().is_empty());
+    t.on_power(0.05, 150_000, None); // a change: a tick
+    for k in 0..10_000 {
+        t.add_hint(0.06 + k as f64 * 1e-6);
+    }
+    assert_eq!(t.hints().len(), 2);
+    assert_eq!(t.hints()[1], 0.06 + 9_999.0 * 1e-6);
+    t.on_power(0.15, 200_000, None);
+    t.add_hint(0.16);
+    assert_eq!(t.hints().len(), 3);
+}
+
+#[test]
+fn temperature_only_users_get_samples_on_their_grid_and_no_power_polling() {
+    let c = h100(1);
+    let now = c.clock().now();
+    let w = Watched::new(c.devices()[0].clone() as Arc<dyn Gpu>, now);
+    w.hold(
+        Interest::Temperature {
+            period: 0.25,
+            capacity: 6,
+        },
+        now,
+    );
+    c.devices()[0].set_load(Load::Busy);
+    let watched = [w];
+    drive(&c, &watched, now + 2.0);
+    let w = &watched[0];
+    let all = w.temperatures(f64::NEG_INFINITY, f64::INFINITY);
+    assert_eq!(all.len(), 6, "kept to the capacity: {all:?}");
+    assert!(all
+        .windows(2)
+        .all(|p| (p[1].0 - p[0].0 - 0.25).abs() < 1e-6));
+    assert!(all.iter().all(|&(_, c)| c > 60.0), "busy H100: {all:?}");
+    assert!(w.with_track(|t| t.ticks().is_empty()), "no power polling");
+    assert_eq!(
+        w.temperature_at(Some(now + 0.3)),
+        None,
+        "dropped by capacity"
+    );
+    assert_eq!(w.temperature_at(None), all.last().copied());
+    assert!(!w.release(Interest::Temperature {
+        period: 0.5,
+        capacity: 6
+    }));
+    assert!(w.release(Interest::Temperature {
+        period: 0.25,
+        capacity: 6
+    }));
+}
+
+/// One window: (idle gap before it s, length s, power limit W).
+type Window = (f64, f64, u32);
+
+/// Run windows with the load stepping at their edges; return, per window, the true energy,
+/// the estimate made at its end (begin edge re-evaluated then, end edge extrapolated) and
+/// the settled estimate (both edges interpolated between anchors).
+fn run_windows(windows: &[Window]) -> Vec<(f64, f64, f64, f64)> {
+    let c = h100(1);
+    let dev = c.devices()[0].clone();
+    let w = watch(&c);
+    let start = c.clock().now();
+    drive(&c, &w, start + 1.0);
+    let mut spans = Vec::new();
+    for &(gap, len, pl) in windows {
+        let t = c.clock().now();
+        drive(&c, &w, t + gap);
+        dev.set_power_management_limit(pl * 1000).unwrap();
+        let b = c.clock().now();
+        if std::env::var("DEBUG_EDGES").is_ok() {
+            w[0].with_track(|t| {
+                eprintln!(
+                    "sched {:?} period {} locked {} anchors {}",
+                    t.schedule(),
+                    t.period(),
+                    t.is_locked(),
+                    t.anchors().len()
+                )
+            });
+        }
+        let e_b = dev.true_energy_j();
+        w[0].with_track(|t| t.add_hint(b));
+        dev.set_load(Load::Busy);
+        drive(&c, &w, b + len);
+        let e = c.clock().now();
+        let e_e = dev.true_energy_j();
+        w[0].with_track(|t| t.add_hint(e));
+        dev.set_load(Load::Idle);
+        let at_end = w[0].with_track(|t| t.energy_at(e).unwrap() - t.energy_at(b).unwrap());
+        spans.push((b, e, e_e - e_b, at_end));
+    }
+    let t = c.clock().now();
+    drive(&c, &w, t + 0.5);
+    spans
+        .into_iter()
+        .map(|(b, e, truth, at_end)| {
+            let settled = w[0].with_track(|t| {
+                assert!(t.is_settled(e));
+                t.energy_at(e).unwrap() - t.energy_at(b).unwrap()
+            });
+            (e - b, truth, at_end, settled)
+        })
+        .collect()
+}
+
+#[test]
+fn a_short_busy_window_between_idle_stretches() {
+    for (len, gap) in [(0.2, 0.3), (0.25, 0.05), (0.33, 0.0), (1.0, 0.42)] {
+        let r = run_windows(&[(gap, len, 700), (0.01, len, 700)]);
+        for (span, truth, at_end, settled) in r {
+            let err = |x: f64| (x - truth).abs() / truth;
+            assert!(err(at_end) < 0.03, "{span} s: {at_end} vs {truth}");
+            assert!(err(settled) < 0.03, "{span} s: {settled} vs {truth}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    /// Windows of 0.2-3 s with the load stepping at their edges, random idle gaps and power
+    /// limits: within 3% below 1 s and 1% from 1 s, at the window's end and settled.
+    #[test]
+    fn window_energy_from_the_cache_is_accurate(
+        windows in proptest::collection::vec(
+            (0.0f64..0.6, 0.2f64..3.0, prop_oneof![Just(700u32), Just(450), Just(250)]),
+            1..6,
+        )
+    ) {
+        for (span, truth, at_end, settled) in run_windows(&windows) {
+            let bound = if span >= 1.0 { 0.01 } else { 0.03 };
+            let err = |x: f64| (x - truth).abs() / truth;
+            prop_assert!(err(at_end) < bound, "{} s: at end {} vs {}", span, at_end, truth);
+            prop_assert!(err(settled) < bound, "{} s: settled {} vs {}", span, settled, truth);
+        }
+    }
+}
+
+// ---- boards other than the measured H100 ----------------------------------------------------
+
+use crate::device::sim::BoardKnobs;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// A simulated board's timing, as the harness draws it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BoardSpec {
+    pub power_ms: f64,
+    pub counter_ms: f64,
+    pub lag_ms: f64,
+    pub noise: f64,
+    pub instant: bool,
+    /// Window of the average power readings (0: the instantaneous sample).
+    pub average_ms: f64,
+    pub resolution_mj: u64,
+}
+
+impl BoardSpec {
+    pub fn h100() -> BoardSpec {
+        BoardSpec {
+            power_ms: 100.0,
+            counter_ms: 100.0,
+            lag_ms: 15.0,
+            noise: 0.01,
+            instant: true,
+            average_ms: 1000.0,
+            resolution_mj: 1,
+        }
+    }
+
+    /// A random board: update periods 10-200 ms, the counter on the power grid or on one of
+    /// its own, lags 0-80 ms, noise 0-5%, with or without instant power.
+    pub fn random(rng: &mut Pcg64) -> BoardSpec {
+        let power_ms = rng.random_range(10.0..200.0f64).round();
+        let counter_ms = if rng.random_bool(0.5) {
+            power_ms
+        } else {
+            let ratios = [0.5, 2.0, 0.2, 1.5, 0.25];
+            (power_ms * ratios[rng.random_range(0..ratios.len())]).clamp(5.0, 400.0)
+        };
+        // Boards without instant power: most return the instantaneous sample as their
+        // "average" (NVML: GA100 and older); some only a 1 s trailing average.
+        let kind = rng.random_range(0.0..1.0f64);
+        BoardSpec {
+            power_ms,
+            counter_ms,
+            lag_ms: rng.random_range(0.0..80.0f64).round(),
+            noise: rng.random_range(0.0..0.05),
+            instant: kind < 0.6,
+            average_ms: if (0.6..0.85).contains(&kind) {
+                0.0
+            } else {
+                1000.0
+            },
+            resolution_mj: 1,
+        }
+    }
+}
+
+/// One GPU of `spec` on the virtual clock, watched as the sampler watches it, with driver
+/// calls that take the time they take and (with `starve`) a sampler thread that runs late.
+pub(super) struct Harness {
+    pub c: SimCluster,
+    pub dev: Arc<SimGpu>,
+    pub w: Vec<Watched>,
+    rng: Pcg64,
+    starve: bool,
+}
+
+impl Harness {
+    pub fn new(spec: BoardSpec, seed: u64, starve: bool) -> Harness {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            virtual_clock: true,
+            board: BoardKnobs {
+                power_period_s: Some(spec.power_ms / 1000.0),
+                counter_period_s: Some(spec.counter_ms / 1000.0),
+                counter_lag_s: Some(spec.lag_ms / 1000.0),
+                power_noise: Some(spec.noise),
+                instant_power: Some(spec.instant),
+                average_window_s: Some(spec.average_ms / 1000.0),
+                counter_resolution_mj: Some(spec.resolution_mj),
+                ..BoardKnobs::default()
+            },
+            // Reproducible: the same phases, the same run, for the same seed.
+            virtual_origin: Some(1_800_000_000.0 + seed as f64 * 0.0137),
+            ..SimConfig::default()
+        });
+        let dev = c.devices()[0].clone();
+        dev.set_virtual_call_time(true);
+        let w = watch(&c);
+        Harness {
+            c,
+            dev,
+            w,
+            rng: Pcg64::seed_from_u64(seed),
+            starve,
+        }
+    }
+
+    pub fn now(&self) -> f64 {
+        self.c.clock().now()
+    }
+
+    /// Run the sampler up to `until`; a starved sampler wakes late (a few ms usually, now and
+    /// then 50-150 ms, as a thread does beside busy loops on every core).
+    pub fn run_until(&mut self, until: f64) {
+        let clock = self.c.clock();
+        loop {
+            let next = self
+                .w
+                .iter()
+                .map(|w| w.next_due())
+                .fold(f64::INFINITY, f64::min);
+            let late = if self.starve {
+                if self.rng.random_bool(0.04) {
+                    self.rng.random_range(0.05..0.15)
+                } else {
+                    self.rng.random_range(0.0..0.008)
+                }
+            } else {
+                0.0
+            };
+            let now = clock.now();
+            if next + late > until {
+                if until > now {
+                    clock.advance(until - now);
+                }
+                return;
+            }
+            if next + late > now {
+                clock.advance(next + late - now);
+            }
+            for w in &self.w {
+                if w.next_due() <= clock.now() {
+                    w.run_due(&*clock, self.w.len());
+                }
+            }
+        }
+    }
+
+    /// The counter read directly at this moment, J (no time passes).
+    pub fn direct(&self) -> f64 {
+        self.dev.set_virtual_call_time(false);
+        let e = self.dev.total_energy_consumption().unwrap() as f64 / 1000.0;
+        self.dev.set_virtual_call_time(true);
+        e
+    }
+}
+
+/// One measured window.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Outcome {
+    pub len: f64,
+    pub truth: f64,
+    /// What a monitor reports at the window's end: the cache's estimate, or in the safe modes
+    /// the direct reads or the power integral.
+    pub user: WindowEstimate,
+    pub at_end: WindowEstimate,
+    pub settled: WindowEstimate,
+    pub direct: f64,
+}
+
+/// How the load moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum LoadPattern {
+    /// Busy inside windows, idle between them (the load steps at the edges).
+    EdgeSteps,
+    /// Busy and idle in turns at exponential gaps (mean `0`, s), whatever the windows do.
+    Random(f64),
+}
+
+/// Windows `(gap before, length)` on `h`, the load moving by `pattern`.
+pub(super) fn measure(
+    h: &mut Harness,
+    windows: &[(f64, f64)],
+    pattern: LoadPattern,
+) -> Vec<Outcome> {
+    let warmup: f64 = std::env::var("WARMUP").map_or(1.5, |v| v.parse().unwrap());
+    h.run_until(h.now() + warmup);
+    // Load toggles for the random pattern, far enough ahead.
+    let total: f64 = windows.iter().map(|(g, l)| g + l).sum::<f64>() + 1.0;
+    let mut toggles = VecDeque::new();
+    if let LoadPattern::Random(mean) = pattern {
+        let mut t = h.now();
+        while t < h.now() + total + 1.0 {
+            let u: f64 = h.rng.random_range(1e-9..1.0);
+            t += -mean * u.ln();
+            toggles.push_back(t);
+        }
+    }
+    let mut busy = false;
+    let mut advance_to = |h: &mut Harness, target: f64, toggles: &mut VecDeque<f64>| {
+        while let Some(&t) = toggles.front() {
+            if t > target {
+                break;
+            }
+            toggles.pop_front();
+            h.run_until(t);
+            busy = !busy;
+            h.dev.set_load(if busy { Load::Busy } else { Load::Idle });
+        }
+        h.run_until(target);
+    };
+    let mut open = Vec::new();
+    for &(gap, len) in windows {
+        let t = h.now() + gap;
+        advance_to(h, t, &mut toggles);
+        let b = h.now();
+        let (e_b, d_b) = (h.dev.true_energy_j(), h.direct());
+        h.w[0].with_track(|t| t.add_hint(b));
+        if pattern == LoadPattern::EdgeSteps {
+            h.dev.set_load(Load::Busy);
+        }
+        advance_to(h, b + len, &mut toggles);
+        let e = h.now();
+        let (e_e, d_e) = (h.dev.true_energy_j(), h.direct());
+        let at_end = h.w[0]
+            .with_track(|t| t.window(b, e, true))
+            .expect("an estimate");
+        if std::env::var("DEBUG_EDGES").is_ok() {
+            h.w[0].with_track(|t| {
+                let last = t.anchors().back().copied();
+                eprintln!(
+                    "  b {b:.3} e {e:.3} edge0 {:?} edge1 {:?} last anchor {last:?} last tick {:?} tau {} steps {} guess {}",
+                    t.edge(b),
+                    t.edge(e),
+                    t.ticks().back(),
+                    t.tau,
+                    t.steps(),
+                    t.level_guess
+                );
+            });
+        }
+        let user = h.w[0].with_track(|t| match t.mode() {
+            Mode::Cached => at_end,
+            Mode::Direct => WindowEstimate {
+                joules: d_e - d_b,
+                bound: t.direct_bound(b, e),
+                degraded: false,
+            },
+            Mode::Power => t.power_window(b, e).expect("power readings"),
+        });
+        if pattern == LoadPattern::EdgeSteps {
+            h.dev.set_load(Load::Idle);
+        }
+        if std::env::var("DEBUG_LAG").is_ok() {
+            h.w[0].with_track(|t| {
+                let s = t.schedule();
+                eprintln!(
+                    "  lagknown {} fitted {} lag_err {:.3} bound {:.4} avg {:?} {:?}",
+                    s.lag_known,
+                    s.fitted,
+                    s.lag_err,
+                    at_end.bound / (e_e - e_b),
+                    t.averaging_window(),
+                    h.dev.board()
+                );
+            });
+        }
+        if std::env::var("DEBUG_TRUTH").is_ok() {
+            h.w[0].with_track(|t| {
+                for a in t.anchors().iter().rev().take(4).rev() {
+                    eprintln!(
+                        "    anchor {:.4} J {:.2} truth {:.2} (e - {:.1} ms)",
+                        a.t,
+                        a.joules,
+                        h.dev.true_energy_at(a.t),
+                        (e - a.t) * 1000.0
+                    );
+                }
+                eprintln!(
+                    "  truth b {:.2} e {:.2} | est b {:.2} e {:.2}",
+                    e_b,
+                    e_e,
+                    t.edge(b).unwrap().joules,
+                    t.edge(e).unwrap().joules
+                )
+            });
+        }
+        open.push((b, e, e_e - e_b, at_end, d_e - d_b, user));
+    }
+    let end = h.now() + 1.0;
+    advance_to(h, end, &mut toggles);
+    open.into_iter()
+        .map(|(b, e, truth, at_end, direct, user)| Outcome {
+            len: e - b,
+            truth,
+            user,
+            at_end,
+            settled: h.w[0]
+                .with_track(|t| t.window_estimate(b, e))
+                .expect("settled"),
+            direct,
+        })
+        .collect()
+}
+
+/// Summary of many outcomes: mean and median absolute relative errors, coverage of the
+/// bound, and the median bound over the window energy.
+#[derive(Debug, Default)]
+#[allow(dead_code)] // n and max_err are read through Debug, in diagnostics
+pub(super) struct Stats {
+    pub n: usize,
+    pub mae: f64,
+    pub median_err: f64,
+    pub covered: f64,
+    pub median_bound: f64,
+    pub max_err: f64,
+}
+
+pub(super) fn stats(v: &[(f64, f64, f64)]) -> Stats {
+    // (truth, estimate, bound)
+    if v.is_empty() {
+        return Stats::default();
+    }
+    let mut errs: Vec<f64> = v.iter().map(|(t, e, _)| (e - t).abs() / t).collect();
+    let mut bounds: Vec<f64> = v.iter().map(|(t, _, b)| b / t).collect();
+    let covered = v.iter().filter(|(t, e, b)| (e - t).abs() <= *b).count() as f64 / v.len() as f64;
+    let mae = errs.iter().sum::<f64>() / errs.len() as f64;
+    errs.sort_by(f64::total_cmp);
+    bounds.sort_by(f64::total_cmp);
+    Stats {
+        n: v.len(),
+        mae,
+        median_err: errs[errs.len() / 2],
+        covered,
+        median_bound: bounds[bounds.len() / 2],
+        max_err: *errs.last().unwrap(),
+    }
+}
+
+fn random_windows(rng: &mut Pcg64, n: usize, lo: f64, hi: f64) -> Vec<(f64, f64)> {
+    (0..n)
+        .map(|_| (rng.random_range(0.0..0.6), rng.random_range(lo..hi)))
+        .collect()
+}
+
+/// Diagnostics: `cargo test -p zeus-core --lib survey -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn survey() {
+    let mut rng = Pcg64::seed_from_u64(7);
+    let patterns = match std::env::var("PATTERN").as_deref() {
+        Ok("edge") => vec![LoadPattern::EdgeSteps],
+        Ok("random") => vec![LoadPattern::Random(0.08)],
+        _ => vec![LoadPattern::EdgeSteps, LoadPattern::Random(0.08)],
+    };
+    let starves = match std::env::var("STARVE").as_deref() {
+        Ok("1") => vec![true],
+        Ok("0") => vec![false],
+        _ => vec![false, true],
+    };
+    for pattern in patterns {
+        for starve in starves.clone() {
+            let mut at_end = Vec::new();
+            let mut settled = Vec::new();
+            let mut direct = Vec::new();
+            let mut user = Vec::new();
+            let mut lagging = Vec::new();
+            for case in 0..40 {
+                let spec = BoardSpec::random(&mut rng);
+                let mut h = Harness::new(spec, case, starve);
+                let windows = random_windows(&mut rng, 10, 0.2, 2.0);
+                for o in measure(&mut h, &windows, pattern) {
+                    at_end.push((o.truth, o.at_end.joules, o.at_end.bound));
+                    settled.push((o.truth, o.settled.joules, o.settled.bound));
+                    direct.push((o.truth, o.direct, 0.0));
+                    if spec.instant || spec.average_ms == 0.0 {
+                        user.push((o.truth, o.user.joules, o.user.bound));
+                    } else {
+                        lagging.push((o.truth, o.user.joules, o.user.bound));
+                    }
+                    let err = (o.user.joules - o.truth).abs();
+                    let big = std::env::var("BIG").is_ok() && err > 0.05 * o.truth;
+                    if (err > o.user.bound && std::env::var("MISSES").is_ok()) || big {
+                        eprintln!(
+                            "  miss {spec:?} len {:.2} truth {:.1} user {:.1} ±{:.1} at_end {:.1} ±{:.1} settled {:.1} ±{:.1} mode {:?} {}",
+                            o.len, o.truth, o.user.joules, o.user.bound, o.at_end.joules, o.at_end.bound, o.settled.joules,
+                            o.settled.bound, h.w[0].with_track(|t| t.mode()), h.w[0].with_track(|t| t.mode_reason().to_string())
+                        );
+                    }
+                }
+            }
+            eprintln!("{pattern:?} starve={starve}");
+            eprintln!("  user    {:?}", stats(&user));
+            eprintln!("  lagging {:?}", stats(&lagging));
+            eprintln!("  at_end  {:?}", stats(&at_end));
+            eprintln!("  settled {:?}", stats(&settled));
+            eprintln!("  direct  {:?}", stats(&direct));
+        }
+    }
+}
+
+/// Diagnostics for one board from the environment: `SPEC=power,counter,lag,noise,instant`.
+#[test]
+#[ignore]
+fn diagnose() {
+    let spec = std::env::var("SPEC").unwrap_or("100,100,15,0.01,1".into());
+    let v: Vec<f64> = spec.split(',').map(|x| x.parse().unwrap()).collect();
+    let spec = BoardSpec {
+        power_ms: v[0],
+        counter_ms: v[1],
+        lag_ms: v[2],
+        noise: v[3],
+        instant: v[4] > 0.0,
+        average_ms: v.get(5).copied().unwrap_or(1000.0),
+        resolution_mj: 1,
+    };
+    let pattern = if std::env::var("RANDOM").is_ok() {
+        LoadPattern::Random(0.08)
+    } else {
+        LoadPattern::EdgeSteps
+    };
+    let mut rng = Pcg64::seed_from_u64(3);
+    let mut h = Harness::new(spec, 1, std::env::var("STARVE").is_ok());
+    let windows = match std::env::var("WINDOWS") {
+        Ok(v) => v
+            .split(';')
+            .map(|w| {
+                let (g, l) = w.split_once(',').unwrap();
+                (g.parse().unwrap(), l.parse().unwrap())
+            })
+            .collect(),
+        Err(_) => random_windows(&mut rng, 12, 0.2, 2.0),
+    };
+    let out = measure(&mut h, &windows, pattern);
+    h.w[0].with_track(|t| {
+        eprintln!(
+            "schedule {:?}\nresiduals {:?}\nperiod {} noise {:.4} averaged {:?} mode {:?} {}",
+            t.schedule(),
+            t.residual_scales(),
+            t.period(),
+            t.noise(),
+            t.averaging_window(),
+            t.mode(),
+            t.mode_reason()
+        );
+    });
+    let dev = &h.dev;
+    eprintln!(
+        "true: counter period {:?} lag {} phases {:?}",
+        dev.board().counter_period_s,
+        dev.board().counter_lag_s,
+        dev.phases()
+    );
+    if std::env::var("DEBUG_GRID").is_ok() {
+        h.w[0].with_track(|t| {
+            let pairs = t.read_pairs();
+            let calm: Vec<_> = pairs.iter().filter(|p| p.weight >= 0.5).collect();
+            eprintln!("pairs {} calm {}", pairs.len(), calm.len());
+            let p = dev.board().counter_period_s;
+            let truth = (dev.phases().1 + dev.board().counter_lag_s).rem_euclid(p);
+            for phase in [truth, t.schedule().grid.phase] {
+                let g = fit::Grid {
+                    period: p,
+                    phase,
+                    phase_err: 0.0,
+                };
+                let score: f64 = calm.iter().map(|q| fit::mismatch(q, &g, 0.004)).sum();
+                eprintln!("phase {phase:.4} score {score:.2}");
+            }
+            for q in calm.iter().take(12) {
+                eprintln!("  {q:?}");
+            }
+        });
+    }
+    if std::env::var("DEBUG_ANCHORS").is_ok() {
+        h.w[0].with_track(|t| {
+            for a in t.anchors().iter().take(40) {
+                let frac = |x: f64| (x - dev.phases().0).rem_euclid(dev.board().power_period_s);
+                eprintln!(
+                    "  anchor t {:.4} (tick offset {:.4}) J {:.2} err {:.3}",
+                    a.t,
+                    frac(a.t),
+                    a.joules,
+                    a.t_err
+                );
+            }
+        });
+    }
+    for o in out {
+        eprintln!(
+            "len {:.2} truth {:7.1} at_end {:7.1} ±{:5.1} ({:+.2}%) settled {:7.1} ±{:5.1} ({:+.2}%) direct {:+.2}%",
+            o.len,
+            o.truth,
+            o.at_end.joules,
+            o.at_end.bound,
+            100.0 * (o.at_end.joules - o.truth) / o.truth,
+            o.settled.joules,
+            o.settled.bound,
+            100.0 * (o.settled.joules - o.truth) / o.truth,
+            100.0 * (o.direct - o.truth) / o.truth
+        );
+    }
+}
+
+/// Diagnostics on the H100 under a random load, by window length:
+/// `cargo test -p zeus-core --lib survey_lengths -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn survey_lengths() {
+    let mut rng = Pcg64::seed_from_u64(11);
+    for starve in [false, true] {
+        for len in [0.2, 0.5, 1.0, 2.0] {
+            let (mut ours, mut settled, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+            for case in 0..12 {
+                let spec = if std::env::var("RANDOM_BOARDS").is_ok() {
+                    BoardSpec::random(&mut rng)
+                } else {
+                    BoardSpec::h100()
+                };
+                let mut h = Harness::new(spec, 100 + case, starve);
+                let windows: Vec<(f64, f64)> =
+                    (0..10).map(|_| (rng.random_range(0.0..0.5), len)).collect();
+                for o in measure(&mut h, &windows, LoadPattern::Random(0.08)) {
+                    ours.push((o.truth, o.at_end.joules, o.at_end.bound));
+                    settled.push((o.truth, o.settled.joules, o.settled.bound));
+                    direct.push((o.truth, o.direct, 0.0));
+                }
+            }
+            let (a, s, d) = (stats(&ours), stats(&settled), stats(&direct));
+            eprintln!(
+                "starve={starve} len {len}: at_end mae {:.4} cov {:.3} bound {:.3} | settled mae {:.4} cov {:.3} | direct mae {:.4}",
+                a.mae, a.covered, a.median_bound, s.mae, s.covered, d.mae
+            );
+        }
+    }
+}
+
+/// Diagnostics: which random boards do worse than direct reads under a random load.
+#[test]
+#[ignore]
+fn survey_boards() {
+    let mut rng = Pcg64::seed_from_u64(11);
+    let len: f64 = std::env::var("LEN")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(2.0);
+    for case in 0..30 {
+        let spec = BoardSpec::random(&mut rng);
+        let mut h = Harness::new(spec, 100 + case, false);
+        let windows: Vec<(f64, f64)> = (0..12).map(|_| (rng.random_range(0.0..0.5), len)).collect();
+        let pattern = if std::env::var("PATTERN").as_deref() == Ok("edge") {
+            LoadPattern::EdgeSteps
+        } else {
+            LoadPattern::Random(0.08)
+        };
+        let out = measure(&mut h, &windows, pattern);
+        let o: Vec<_> = out
+            .iter()
+            .map(|o| (o.truth, o.at_end.joules, o.at_end.bound))
+            .collect();
+        let st: Vec<_> = out
+            .iter()
+            .map(|o| (o.truth, o.settled.joules, o.settled.bound))
+            .collect();
+        let d: Vec<_> = out.iter().map(|o| (o.truth, o.direct, 0.0)).collect();
+        let (a, s, d) = (stats(&o), stats(&st), stats(&d));
+        let (sched, tau, steps) = h.w[0].with_track(|t| (*t.schedule(), t.tau, t.steps()));
+        eprintln!(
+            "{:5.3} {:5.3} {:5.3} {} bound {:.4} med {:.4} cov {:.2} {spec:?} lag {:.3}±{:.3} P {:.3} tau {tau:.3} steps {steps}",
+            a.mae, s.mae, d.mae,
+            if a.mae > d.mae { "WORSE" } else { "     " },
+            a.median_bound, a.median_err, a.covered,
+            sched.lag, sched.lag_err, sched.grid.period
+        );
+    }
+}
