@@ -4,7 +4,7 @@
 import os
 import pathlib
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol, Self, TypeAlias, final
+from typing import Any, Final, Literal, Protocol, Self, TypeAlias, final
 
 from typing_extensions import disjoint_base
 
@@ -161,16 +161,40 @@ def zeus_cost(energy: float, time: float, eta_knob: float, max_power: float) -> 
 # ---- monitor (src/python/monitor.rs) -------------------------------------------------------
 
 @final
+class Provenance:
+    method: Final[Literal["cached_counter", "direct_counter", "power_integration", "degraded"]]
+    update_period: Final[float | None]
+    counter_lag: Final[float | None]
+    note: Final[str | None]
+    def __new__(
+        cls,
+        method: str,
+        update_period: float | None = None,
+        counter_lag: float | None = None,
+        note: str | None = None,
+    ) -> Provenance: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[Provenance], tuple[str, float | None, float | None, str | None]]: ...
+
+@final
 class Measurement:
     time: float
     cpu_energy: dict[int, float] | None
     dram_energy: dict[int, float] | None
+    cpu_energy_uncertainty: dict[int, float] | None
+    dram_energy_uncertainty: dict[int, float] | None
     def __new__(
         cls,
         time: float,
         energy: Mapping[int, float],
         cpu_energy: Mapping[int, float] | None = None,
         dram_energy: Mapping[int, float] | None = None,
+        gpu_energy_uncertainty: Mapping[int, float] | None = None,
+        cpu_energy_uncertainty: Mapping[int, float] | None = None,
+        dram_energy_uncertainty: Mapping[int, float] | None = None,
+        gpu_energy_provenance: Mapping[int, Provenance] | None = None,
     ) -> Measurement: ...
     @property
     def energy(self) -> dict[int, float]: ...
@@ -179,13 +203,28 @@ class Measurement:
     @property
     def gpu_energy(self) -> dict[int, float]: ...
     @property
+    def gpu_energy_uncertainty(self) -> dict[int, float]: ...
+    @property
+    def gpu_energy_provenance(self) -> dict[int, Provenance]: ...
+    @property
     def total_energy(self) -> float: ...
+    @property
+    def total_energy_uncertainty(self) -> float: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __reduce__(
         self,
     ) -> tuple[
         type[Measurement],
-        tuple[float, dict[int, float], dict[int, float] | None, dict[int, float] | None],
+        tuple[
+            float,
+            dict[int, float],
+            dict[int, float] | None,
+            dict[int, float] | None,
+            dict[int, float],
+            dict[int, float] | None,
+            dict[int, float] | None,
+            dict[int, Provenance],
+        ],
     ]: ...
 
 @disjoint_base
@@ -226,6 +265,11 @@ class PowerMonitor:
     def get_energy(
         self, start_time: float, end_time: float, power_domain: str | None = None
     ) -> dict[int, float] | None: ...
+    def get_energy_uncertainty(
+        self, start_time: float, end_time: float, power_domain: str | None = None
+    ) -> dict[int, float] | None: ...
+    @property
+    def error(self) -> str | None: ...
     def get_power(
         self, time: float | None = None, power_domain: str | None = None
     ) -> dict[int, float] | None: ...

@@ -218,7 +218,12 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
     body = [r for r in rows[1:] if r and len(r) == len(header)]
     if header[:3] == ["start_time", "window_name", "elapsed_time"]:
         series = PowerSeries(times=[], steps=True)
-        columns = [(k, _gpu_of(h, "gpu", "_energy")) for k, h in enumerate(header) if k >= 3]
+        # GPU energy columns only (not CPU/DRAM, nor the `_uncertainty` bounds).
+        columns = [
+            (k, gpu)
+            for k, h in enumerate(header)
+            if k >= 3 and (gpu := _gpu_of(h, "gpu", "_energy")) is not None
+        ]
         for r in sorted(body, key=lambda r: float(r[0])):
             start, elapsed = float(r[0]), float(r[2])
             if elapsed <= 0:

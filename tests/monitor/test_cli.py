@@ -67,16 +67,25 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
         assert list(m["energy_j"]) == ["1", "0"] and m["time_s"] > 0.4
         assert m["total_energy_j"] == pytest.approx(sum(m["energy_j"].values()))
         assert m["energy_j"]["0"] == pytest.approx(30.0 * m["time_s"], rel=0.1)
+        # Each GPU's energy comes with its bound and how it was made.
+        assert set(m["energy_uncertainty_j"]) == {"1", "0"}
+        assert all(b >= 0 for b in m["energy_uncertainty_j"].values())
+        assert m["total_energy_uncertainty_j"] == pytest.approx(
+            sum(m["energy_uncertainty_j"].values())
+        )
+        assert set(m["method"].values()) <= {"cached_counter", "direct_counter"}
 
 
 def test_python_cli_energy_table_and_csv():
     for fmt, check in (
-        ("table", lambda out: "total" in out and "energy (J)" in out),
+        ("table", lambda out: "total" in out and "energy (J)" in out and "±" in out),
         (
             "csv",
             lambda out: (
-                out.splitlines()[0] == "time_s,gpu0_energy_j,gpu1_energy_j,total_energy_j"
-                and len(out.splitlines()[1].split(",")) == 4
+                out.splitlines()[0]
+                == "time_s,gpu0_energy_j,gpu1_energy_j,total_energy_j,"
+                "gpu0_energy_uncertainty_j,gpu1_energy_uncertainty_j"
+                and len(out.splitlines()[1].split(",")) == 6
             ),
         ),
     ):

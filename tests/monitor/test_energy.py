@@ -96,6 +96,13 @@ def test_nested_and_overlapping_windows_over_several_gpus(sim_gpus):
     assert outer.energy[0] > outer.energy[2] > 0
 
 
+# The reference's columns, then each energy's bound.
+HEADER_1_0 = (
+    "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy,"
+    "gpu1_energy_uncertainty,gpu0_energy_uncertainty\n"
+)
+
+
 def test_cancel_returns_zeros_and_logs_nothing(sim_gpus, tmp_path: Path):
     sim_gpus("A40,V100")
     log = tmp_path / "log.csv"
@@ -104,7 +111,7 @@ def test_cancel_returns_zeros_and_logs_nothing(sim_gpus, tmp_path: Path):
     zeus.device.sim.advance(5.0)
     m = mon.end_window("x", cancel=True)
     assert m == Measurement(time=0.0, energy={1: 0.0, 0: 0.0})
-    assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+    assert log.read_text() == HEADER_1_0
     with pytest.raises(ValueError, match="does not exist"):
         mon.end_window("x")
 
@@ -113,7 +120,7 @@ def test_log_file_format_and_flush(sim_gpus, tmp_path: Path):
     sim_gpus("A40,V100")
     log = tmp_path / "deep" / "er" / "log.csv"
     mon = ZeusMonitor(gpu_indices=[1, 0], log_file=log)
-    assert log.read_text() == "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+    assert log.read_text() == HEADER_1_0
     mon.begin_window("outer")
     t_outer = zeus.device.sim.now()
     zeus.device.sim.advance(1.0)
@@ -124,11 +131,16 @@ def test_log_file_format_and_flush(sim_gpus, tmp_path: Path):
     # Flushed per row: readable while the monitor is alive.
     rows = log.read_text().splitlines()
     assert len(rows) == 2
-    assert rows[1] == f"{t_inner},inner,{inner.time},{inner.energy[1]},{inner.energy[0]}"
+
+    def row(t: float, key: str, m: Measurement) -> str:
+        b = m.gpu_energy_uncertainty
+        return f"{t},{key},{m.time},{m.energy[1]},{m.energy[0]},{b[1]},{b[0]}"
+
+    assert rows[1] == row(t_inner, "inner", inner)
     zeus.device.sim.advance(0.25)
     outer = mon.end_window("outer")
     rows = log.read_text().splitlines()
-    assert rows[2] == f"{t_outer},outer,{outer.time},{outer.energy[1]},{outer.energy[0]}"
+    assert rows[2] == row(t_outer, "outer", outer)
     fields = rows[2].split(",")
     assert float(fields[2]) == pytest.approx(1.75)
 
@@ -242,7 +254,9 @@ def test_cuda_visible_devices_maps_framework_indices(sim_gpus, tmp_path: Path):
     log = tmp_path / "log.csv"
     mon = ZeusMonitor(gpu_indices=[1], log_file=log)
     assert mon.power_monitor is None  # framework GPU 1 is the A40, which has a counter
-    assert log.read_text().startswith("start_time,window_name,elapsed_time,gpu1_energy\n")
+    assert log.read_text().startswith(
+        "start_time,window_name,elapsed_time,gpu1_energy,gpu1_energy_uncertainty\n"
+    )
     zeus.device.sim.set_busy(0)  # physical A40
     e0 = zeus.device.sim.true_energy(0)
     mon.begin_window("w")

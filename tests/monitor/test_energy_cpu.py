@@ -79,8 +79,16 @@ def test_gpu_cpu_and_dram_within_one_percent_across_wraps(tmp_path: Path) -> Non
     assert r["total"] == pytest.approx(gpu + cpu + dram)
     assert r["repr"] == "ZeusMonitor(gpu_indices=[0], cpu_indices=[0])"
     lines = log.read_text().splitlines()
-    assert lines[0] == "start_time,window_name,elapsed_time,gpu0_energy,cpu0_energy,dram0_energy"
-    assert [float(x) for x in lines[1].split(",")[3:]] == [gpu, cpu, dram]
+    assert lines[0] == (
+        "start_time,window_name,elapsed_time,gpu0_energy,cpu0_energy,dram0_energy,"
+        "gpu0_energy_uncertainty,cpu0_energy_uncertainty,dram0_energy_uncertainty"
+    )
+    assert [float(x) for x in lines[1].split(",")[3:6]] == [gpu, cpu, dram]
+    # The bounds: the (ideal) GPU counter is exact to its resolution, and the CPU's are
+    # RAPL-tight (a read is at most one ~1 ms update stale).
+    gpu_b, cpu_b, dram_b = (float(x) for x in lines[1].split(",")[6:])
+    assert 0 < gpu_b <= 0.01
+    assert 0 < cpu_b < 0.01 * cpu and 0 < dram_b < 0.01 * dram
 
 
 def test_cpu_only_monitor_and_gpu_only_defaults(tmp_path: Path) -> None:
@@ -121,7 +129,9 @@ def test_cpu_only_monitor_and_gpu_only_defaults(tmp_path: Path) -> None:
     assert r["b"] == [None, None, True]
     assert r["cpu_indices"] == [[1], None]
     assert r["pickled"] is True and r["differs"] is False
-    assert log.read_text().splitlines()[0] == "start_time,window_name,elapsed_time,gpu0_energy"
+    assert log.read_text().splitlines()[0] == (
+        "start_time,window_name,elapsed_time,gpu0_energy,gpu0_energy_uncertainty"
+    )
 
 
 def test_bad_cpu_indices_are_value_errors() -> None:

@@ -14,6 +14,14 @@
 //! | `zeus_gpu_power_limit_watts` | gauge | refreshed every second in the background |
 //! | `zeus_gpu_clock_mhz{clock="graphics"\|"memory"}` | gauge | `nvmlDeviceGetClockInfo`, refreshed every second in the background |
 //! | `zeus_gpu_clock_locked{clock="graphics"\|"memory"}` | gauge (1) | the settings journal, refreshed every second |
+//! | `zeus_gpu_energy_sampler_mode{mode="cached"\|"direct"\|"power"}` | gauge (1 for the current mode, 0 for the others) | the sampler's self-check: `cached` while its model fits the board |
+//! | `zeus_gpu_energy_selfcheck_residual_ratio` | gauge | the self-check's recent residual scale: (counter step - prediction) / step |
+//!
+//! Through a driver fault the sampler keeps trying: the power gauges drop out while power
+//! reads fail (a stale value would read as live), the energy counter is served at the low end
+//! of what the GPU may have drawn meanwhile (so it never has to go back), `/healthz` answers
+//! 503 naming the failing reads, and all of it is back within an update period of the
+//! driver answering again.
 //!
 //! The energy counter is the driver's (energy since the driver loaded), read by the process's
 //! shared sampler thread (`zeus_core::monitor::sampler`): it reads each GPU's 3-6 ms energy
@@ -55,7 +63,7 @@ use prometheus::TextEncoder;
 use zeus_core::device::cpu::{Cpus, RaplZone};
 use zeus_core::device::settings::{ClockLocks, Journal, Kind, Original, Read};
 use zeus_core::device::{Clock, Gpu, Gpus, SystemClock};
-use zeus_core::monitor::sampler::{self, Lease, Sampler, ZoneLease};
+use zeus_core::monitor::sampler::{self, Lease, Mode, Sampler, ZoneLease};
 use zeus_core::monitor::stop::StopSignal;
 
 /// Content type of the text exposition format.
@@ -332,6 +340,15 @@ impl Collector for GpuCollector {
             "zeus_gpu_clock_locked",
             "1 where a zeus process locked this GPU clock and has not restored it.",
         );
+        let mut modes = gauge(
+            "zeus_gpu_energy_sampler_mode",
+            "1 for how the energy sampler reads this GPU now: cached (its model fits the board), \
+             direct (counter read at window edges) or power (power readings integrated).",
+        );
+        let mut residuals = gauge(
+            "zeus_gpu_energy_selfcheck_residual_ratio",
+            "The energy sampler's self-check: recent scale of (counter step - prediction) / step.",
+        );
         let now = SystemClock.now();
         let current = self.lease.is_current();
         for (k, g) in self.gpus.iter().enumerate() {
@@ -342,13 +359,36 @@ impl Collector for GpuCollector {
                 ("hostname", self.hostname.as_str()),
             ];
             let watched = self.lease.watched(k);
-            let (joules, latest_w) = if current {
-                watched.with_track(|t| (t.energy_at(now), t.ticks().back().map(|k| k.watts)))
+            let (edge, latest_w, mode, residual, power_down) = if current {
+                watched.with_track(|t| {
+                    (
+                        t.edge(now),
+                        t.ticks().back().map(|k| k.watts),
+                        Some(t.mode()),
+                        t.residual_ratio(),
+                        t.power_down_since().is_some(),
+                    )
+                })
             } else {
-                (None, None)
+                (None, None, None, 0.0, false)
             };
-            if let Some(j) = joules {
+            if let Some(e) = edge {
+                // Through a fault, the low end of what the GPU may have drawn: the counter
+                // then never has to go back once readings return.
+                let j = if e.degraded { e.joules - e.hard } else { e.joules };
                 sample(&mut energy, &base, g.monotonic(j));
+            }
+            let with_mode = |m: &'static str| {
+                let mut l = base.to_vec();
+                l.push(("mode", m));
+                l
+            };
+            if let Some(mode) = mode {
+                for m in [Mode::Cached, Mode::Direct, Mode::Power] {
+                    let on = if m == mode { 1.0 } else { 0.0 };
+                    sample(&mut modes, &with_mode(m.name()), on);
+                }
+                sample(&mut residuals, &base, residual);
             }
             let with = |extra: (&'static str, &'static str)| {
                 let mut l = base.to_vec();
@@ -365,7 +405,9 @@ impl Collector for GpuCollector {
                 };
                 r.ok().map(|mw| f64::from(mw) / 1000.0)
             };
-            if g.polls_instant {
+            if power_down {
+                // Power reads are failing: no power series rather than a stale one.
+            } else if g.polls_instant {
                 if let Some(w) = latest_w.or_else(|| read(true)) {
                     sample(&mut power, &with(("domain", "device_instant")), w);
                 }
@@ -394,7 +436,7 @@ impl Collector for GpuCollector {
                 }
             }
         }
-        out.extend([energy, power, limit, clocks, locked]);
+        out.extend([energy, power, limit, clocks, locked, modes, residuals]);
     }
 
     fn health(&self) -> Result<(), String> {
@@ -406,7 +448,7 @@ impl Collector for GpuCollector {
                 self.lease
                     .watched(k)
                     .error()
-                    .map(|e| format!("GPU {}: sampling stopped: {e}", self.gpus[k].index))
+                    .map(|e| format!("GPU {}: {e}", self.gpus[k].index))
             })
             .collect();
         if why.is_empty() {

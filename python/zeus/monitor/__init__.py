@@ -1,7 +1,8 @@
 """Measure the time and GPU energy of code windows, and GPU power over time.
 
 - `ZeusMonitor`: named measurement windows (`begin_window` / `end_window`) returning a
-  `Measurement` of elapsed time and energy per GPU.
+  `Measurement` of elapsed time and energy per GPU, each with a bound (about 95% of windows
+  lie within it) and a `Provenance` (how it was made).
 - `PowerMonitor`: a background sampler of GPU power with `get_energy` / `get_power`.
 - `TemperatureMonitor`: GPU temperature over time, read by the shared sampler thread.
 - `python -m zeus.monitor energy|power`: the same from the command line.
@@ -12,8 +13,8 @@
   zeusd daemons (imported from its module; `python -m zeus.monitor stream`).
 """
 
-from zeus.monitor.energy import Measurement, ZeusMonitor
+from zeus.monitor.energy import Measurement, Provenance, ZeusMonitor
 from zeus.monitor.power import PowerMonitor
 from zeus.monitor.temperature import TemperatureMonitor
 
-__all__ = ["Measurement", "PowerMonitor", "TemperatureMonitor", "ZeusMonitor"]
+__all__ = ["Measurement", "PowerMonitor", "Provenance", "TemperatureMonitor", "ZeusMonitor"]

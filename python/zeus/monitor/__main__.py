@@ -234,33 +234,45 @@ def _energy(args: argparse.Namespace, out: TextIO, err: Console) -> None:
         pass
     m = monitor.end_window("zeus.monitor.energy", sync_cuda=False)
     energy = {i: m.energy[i] for i in monitor.gpu_indices}
-    total = sum(energy.values())
+    bound = {i: m.gpu_energy_uncertainty.get(i, 0.0) for i in monitor.gpu_indices}
+    method = {i: m.gpu_energy_provenance[i].method for i in monitor.gpu_indices}
+    total, total_bound = sum(energy.values()), sum(bound.values())
     if args.format == "json":
         print(
             json.dumps(
                 {
                     "time_s": m.time,
                     "energy_j": {str(i): e for i, e in energy.items()},
+                    "energy_uncertainty_j": {str(i): b for i, b in bound.items()},
+                    "method": {str(i): x for i, x in method.items()},
                     "total_energy_j": total,
+                    "total_energy_uncertainty_j": total_bound,
                 }
             ),
             file=out,
         )
     elif args.format == "csv":
-        print(
-            ",".join(["time_s", *(f"gpu{i}_energy_j" for i in energy), "total_energy_j"]),
-            file=out,
-        )
-        print(",".join(repr(x) for x in (m.time, *energy.values(), total)), file=out)
+        header = ["time_s", *(f"gpu{i}_energy_j" for i in energy), "total_energy_j"]
+        header += [f"gpu{i}_energy_uncertainty_j" for i in energy]
+        print(",".join(header), file=out)
+        values = (m.time, *energy.values(), total, *bound.values())
+        print(",".join(repr(x) for x in values), file=out)
     else:
         t = Table(title=f"zeus.monitor energy: {m.time:.3f} s")
         t.add_column("GPU")
         t.add_column("energy (J)", justify="right")
         t.add_column("average power (W)", justify="right")
+        t.add_column("how", justify="left")
         for i, e in energy.items():
-            t.add_row(str(i), f"{e:.3f}", f"{e / m.time if m.time else 0.0:.1f}")
-        t.add_row("total", f"{total:.3f}", f"{total / m.time if m.time else 0.0:.1f}")
+            avg = e / m.time if m.time else 0.0
+            t.add_row(str(i), f"{e:.3f} ± {bound[i]:.3f}", f"{avg:.1f}", method[i])
+        avg = total / m.time if m.time else 0.0
+        t.add_row("total", f"{total:.3f} ± {total_bound:.3f}", f"{avg:.1f}", "")
         Console(file=out).print(t)
+        err.print(
+            "± is the bound within which the true energy lies in about 95% of windows "
+            "(docs/measurement-uncertainty.md)."
+        )
 
 
 def _table(title: str, rows: dict[str, str]) -> Table:

@@ -21,8 +21,9 @@ from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import FRAMEWORKS, SyncWith, cuda_sync, sync_available, syncer
 
 Measurement = _core.Measurement
+Provenance = _core.Provenance
 
-__all__ = ["Measurement", "ZeusMonitor"]
+__all__ = ["Measurement", "Provenance", "ZeusMonitor"]
 
 # The energy sampler is a Rust thread; stop it before the interpreter finalises.
 atexit.register(_core.stop_sampler)

@@ -14,7 +14,8 @@ from typing import Any, Iterator, Sequence
 
 __all__ = ["ReplayZeusMonitor"]
 
-_ENERGY_COLUMN = re.compile(r"^gpu(\d+)_energy$")
+# `gpu0_energy`, `cpu0_energy`, `dram0_energy`, and each with `_uncertainty` (its bound).
+_COLUMN = re.compile(r"^(gpu|cpu|dram)(\d+)_energy(_uncertainty)?$")
 
 
 class _FallbackMeasurement:
@@ -32,7 +33,7 @@ class _FallbackMeasurement:
         return f"Measurement(time={self.time!r}, energy={self.energy!r})"
 
 
-def _measurement(time: float, energy: dict[int, float]) -> Any:
+def _measurement(time: float, energy: dict[int, float], **extra: Any) -> Any:
     # Imported on use: zeus.monitor is a sibling package this module must not load eagerly.
     try:
         from zeus.monitor import Measurement
@@ -40,16 +41,17 @@ def _measurement(time: float, energy: dict[int, float]) -> Any:
         if e.name not in ("zeus.monitor", "zeus.monitor.energy"):
             raise
         return _FallbackMeasurement(time, energy)
-    return Measurement(time=time, energy=energy)
+    return Measurement(time=time, energy=energy, **extra)
 
 
 class ReplayZeusMonitor:
     """A `ZeusMonitor` look-alike whose measurements come from a `ZeusMonitor` log file.
 
     The log is a CSV with the header `start_time,window_name,elapsed_time,gpu<i>_energy,...`
-    (what `ZeusMonitor(log_file=...)` writes). Each `end_window` call returns the next line's
-    elapsed time and energies, in file order; a cancelled window returns zeros and consumes no
-    line.
+    (what `ZeusMonitor(log_file=...)` writes; its `cpu<i>_energy` and `dram<i>_energy` columns
+    and every `..._uncertainty` column are read too where present). Each `end_window` call
+    returns the next line's elapsed time and energies (with their bounds), in file order; a
+    cancelled window returns zeros and consumes no line.
 
     Attributes:
         gpu_indices: GPU indices, from the header's `gpu<i>_energy` columns.
@@ -93,13 +95,15 @@ class ReplayZeusMonitor:
             self._file.close()
             raise ValueError(f"log file {self.log_file} is empty") from None
         self._columns = len(header)
-        indices = []
+        # Per column after the first three: (kind, index, is its bound).
+        self._layout: list[tuple[str, int, bool]] = []
         for col in header[3:]:
-            match = _ENERGY_COLUMN.match(col)
+            match = _COLUMN.match(col)
             if match is None:
                 self._file.close()
                 raise ValueError(f"log file {self.log_file}: unexpected column {col!r}")
-            indices.append(int(match.group(1)))
+            self._layout.append((match.group(1), int(match.group(2)), match.group(3) is not None))
+        indices = [i for kind, i, bound in self._layout if kind == "gpu" and not bound]
         if header[:3] != ["start_time", "window_name", "elapsed_time"] or not indices:
             self._file.close()
             raise ValueError(f"log file {self.log_file} has no ZeusMonitor header: {header}")
@@ -149,8 +153,21 @@ class ReplayZeusMonitor:
             )
         if self.match_window_name and row[1] != key:
             raise RuntimeError(f"Was expecting {row[1]}, not {key}.")
-        energy = {i: float(v) for i, v in zip(self.gpu_indices, row[3:])}
-        return _measurement(float(row[2]), energy)
+        values: dict[tuple[str, bool], dict[int, float]] = {}
+        for (kind, i, bound), v in zip(self._layout, row[3:]):
+            values.setdefault((kind, bound), {})[i] = float(v)
+        extra: dict[str, dict[int, float]] = {}
+        names = {
+            ("cpu", False): "cpu_energy",
+            ("dram", False): "dram_energy",
+            ("gpu", True): "gpu_energy_uncertainty",
+            ("cpu", True): "cpu_energy_uncertainty",
+            ("dram", True): "dram_energy_uncertainty",
+        }
+        for key, name in names.items():
+            if key in values:
+                extra[name] = values[key]
+        return _measurement(float(row[2]), values[("gpu", False)], **extra)
 
     def close(self) -> None:
         """Close the log file."""

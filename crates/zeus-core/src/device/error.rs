@@ -143,6 +143,34 @@ impl GpuError {
         }
     }
 
+    /// The same kind of error with another message (to say which device, or what was going
+    /// on when it happened).
+    pub fn with_message(&self, message: String) -> GpuError {
+        use GpuError::*;
+        match self {
+            Init(_) => Init(message),
+            InvalidArg(_) => InvalidArg(message),
+            NotSupported(_) => NotSupported(message),
+            NoPermission(_) => NoPermission(message),
+            AlreadyInitialized(_) => AlreadyInitialized(message),
+            NotFound(_) => NotFound(message),
+            InsufficientSize(_) => InsufficientSize(message),
+            InsufficientPower(_) => InsufficientPower(message),
+            DriverNotLoaded(_) => DriverNotLoaded(message),
+            Timeout(_) => Timeout(message),
+            IrqIssue(_) => IrqIssue(message),
+            LibraryNotFound(_) => LibraryNotFound(message),
+            FunctionNotFound(_) => FunctionNotFound(message),
+            CorruptedInfoRom(_) => CorruptedInfoRom(message),
+            GpuLost(_) => GpuLost(message),
+            ResetRequired(_) => ResetRequired(message),
+            OperatingSystem(_) => OperatingSystem(message),
+            LibRmVersionMismatch(_) => LibRmVersionMismatch(message),
+            Memory(_) => Memory(message),
+            Unknown(_) => Unknown(message),
+        }
+    }
+
     /// Map an NVML return code to an error. Codes without a reference class of their own (for
     /// example `NVML_ERROR_IN_USE`) become [`GpuError::Unknown`] with the code in the message.
     pub fn from_nvml_code(code: u32, context: &str) -> GpuError {

@@ -117,6 +117,11 @@ pub trait Gpu: Send + Sync {
             timestamp: None,
         })
     }
+    /// Whether the energy counter is exact at every read (it counts continuously, as the ideal
+    /// simulated GPU's does), if the backend knows; `None` means "find out by reading it".
+    fn counter_is_exact(&self) -> Option<bool> {
+        None
+    }
     /// How often the driver refreshes its power reading, in seconds, if the backend knows it.
     /// NVML does not say; the simulated GPU does. `None` means "detect it by sampling".
     fn power_update_period(&self) -> Option<f64> {

@@ -26,7 +26,8 @@ use std::sync::Arc;
 use super::counter::{counter_delta_joules, py_float};
 use super::error::{MonitorError, MonitorResult};
 use super::power::{check_indices, PowerMonitor, PowerMonitorOptions};
-use super::sampler::{Lease, Sampler, ZoneLease};
+use super::provenance::{Method, Provenance};
+use super::sampler::{Lease, Mode, Sampler, Watched, ZoneLease};
 use crate::device::cpu::{Cpus, RaplZone};
 use crate::device::{Gpu, GpuResult, Gpus};
 
@@ -100,6 +101,13 @@ impl ReadMode {
     }
 }
 
+/// A GPU whose reads have all failed for this long (s) is gone: closing a window on it is an
+/// error (the window stays open, to be closed again once the GPU answers, or cancelled).
+pub const GONE_AFTER_S: f64 = 5.0;
+/// How stale a counter read directly may be beyond its update period (s): the longest lag the
+/// sampler calibrates.
+const DIRECT_LAG_ALLOWANCE_S: f64 = super::sampler::track::LAG_MAX;
+
 /// How long [`EnergyMonitor::end_window`] with `exact` waits for the counter to cover the end
 /// of the window, in update periods (plus a fixed margin).
 const EXACT_WAIT_PERIODS: f64 = 4.0;
@@ -127,12 +135,21 @@ pub type OpenWindowState = (String, f64, Vec<(usize, f64)>);
 /// Time (s) and energy (J) of one window, energy in the monitor's `gpu_indices` order.
 /// `cpu_energy` and `dram_energy` (package index, J) are `None` when no CPU is monitored;
 /// `dram_energy` has entries only for packages with a DRAM zone.
+///
+/// Every energy has a bound: the true energy lies within ± the bound in about 95% of windows
+/// (see `docs/measurement-uncertainty.md`), and every GPU a [`Provenance`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Measurement {
     pub time: f64,
     pub energy: Vec<(usize, f64)>,
     pub cpu_energy: Option<Vec<(usize, f64)>>,
     pub dram_energy: Option<Vec<(usize, f64)>>,
+    /// Per GPU, the bound of `energy` (J).
+    pub energy_bound: Vec<(usize, f64)>,
+    /// Per GPU, how its energy was made.
+    pub provenance: Vec<(usize, Provenance)>,
+    pub cpu_bound: Option<Vec<(usize, f64)>>,
+    pub dram_bound: Option<Vec<(usize, f64)>>,
 }
 
 impl Measurement {
@@ -186,14 +203,22 @@ impl CpuPart {
         })
     }
 
-    fn read(&self, out: &mut Vec<f64>) -> MonitorResult<()> {
+    /// Each zone's unwrapped energy (J) and, per zone, how far off its total may be (J) and
+    /// how stale this read may be (J: the counter's ~1 ms update at the power lately seen).
+    fn read(&self, out: &mut Vec<f64>, uncertain: &mut Vec<(f64, f64)>) -> MonitorResult<()> {
         out.clear();
+        uncertain.clear();
         for z in &self.zones {
-            out.push(z.energy_j()?);
+            let (e, u, p) = z.energy_with_uncertainty()?;
+            out.push(e);
+            uncertain.push((u, p * RAPL_UPDATE_S + 1e-6));
         }
         Ok(())
     }
 }
+
+/// How often RAPL counters update (s): about every millisecond.
+const RAPL_UPDATE_S: f64 = 0.001;
 
 /// Instantaneous power read before the closing CUDA sync (`approx_instant_energy`): W per
 /// monitored GPU and how long the reads took (s).
@@ -221,6 +246,13 @@ struct OpenWindow {
     cached_j: Vec<f64>,
     /// Unwrapped energy (J) of each monitored RAPL zone at `start`.
     zones_j: Vec<f64>,
+    /// Per monitored zone: how far off its total may be, and how stale the read, at `start` (J).
+    zones_uncertain_j: Vec<(f64, f64)>,
+    /// Per monitored GPU read through the sampler: a counter read at `start` (mJ), taken when
+    /// the sampler had switched that GPU to direct reads (its model did not fit the board).
+    safe_mj: Vec<Option<u64>>,
+    /// Per monitored GPU read directly: its instant power at `start` (W), for the bound.
+    start_w: Vec<f64>,
 }
 
 /// Measurement windows over a fixed set of GPUs.
@@ -230,6 +262,9 @@ pub struct EnergyMonitor {
     has_counter: Vec<bool>,
     /// Per monitored GPU: the counter refresh period (s), for the short-window warning.
     counter_period: Vec<f64>,
+    /// Per monitored GPU: whether its counter is exact at every read (then a direct read's
+    /// bound is its resolution, not a period of staleness).
+    exact: Vec<bool>,
     windows: HashMap<String, OpenWindow, BuildHasherDefault<Fnv1a>>,
     /// The sampler's hold on the GPUs read through it, and per monitored GPU its position in
     /// the lease (`None`: read directly).
@@ -355,16 +390,27 @@ impl EnergyMonitor {
             ));
         }
         let mut cached = vec![None; indices.len()];
+        let mut exact = vec![false; indices.len()];
         let mut leased: Vec<Arc<dyn Gpu>> = Vec::new();
-        if reads != ReadMode::Direct && !gpus.clock().is_virtual() {
-            for (k, &i) in indices.iter().enumerate() {
-                let dev = gpus.device(i)?;
-                if has_counter[k]
-                    && (reads == ReadMode::Cached || !counter_is_continuous(dev.as_ref())?)
-                {
-                    cached[k] = Some(leased.len());
-                    leased.push(dev.clone());
+        for (k, &i) in indices.iter().enumerate() {
+            if !has_counter[k] {
+                continue;
+            }
+            let dev = gpus.device(i)?;
+            // Ask the backend; else, on the real clock, find out (6 ms, once).
+            exact[k] = match dev.counter_is_exact() {
+                Some(x) => x,
+                None if !gpus.clock().is_virtual() && reads != ReadMode::Cached => {
+                    counter_is_continuous(dev.as_ref())?
                 }
+                None => false,
+            };
+            if reads != ReadMode::Direct
+                && !gpus.clock().is_virtual()
+                && (reads == ReadMode::Cached || !exact[k])
+            {
+                cached[k] = Some(leased.len());
+                leased.push(dev.clone());
             }
         }
         let lease = if leased.is_empty() {
@@ -388,6 +434,7 @@ impl EnergyMonitor {
             indices,
             has_counter,
             counter_period,
+            exact,
             windows: HashMap::default(),
             own_power,
             check_power,
@@ -443,25 +490,6 @@ impl EnergyMonitor {
                 track.add_hint(t);
             }
             track.energy_at(t)
-        })
-    }
-
-    /// For a GPU read through the cache: `(energy at start if known, energy at end)` in one
-    /// visit to its track, marking `end` as an edge first if `mark_end`. `None` when the cache
-    /// cannot answer (see [`EnergyMonitor::cached_at`]).
-    fn cached_edges(
-        &self,
-        k: usize,
-        start: f64,
-        end: f64,
-        mark_end: bool,
-    ) -> Option<(Option<f64>, f64)> {
-        let lease = self.lease.as_ref().filter(|l| l.is_current())?;
-        lease.watched(self.cached[k]?).with_track(|track| {
-            if mark_end {
-                track.add_hint(end);
-            }
-            Some((track.energy_at(start), track.energy_at(end)?))
         })
     }
 
@@ -549,6 +577,53 @@ impl EnergyMonitor {
         Ok(())
     }
 
+    /// The watched GPU behind monitored GPU `k`, when it is read through a live sampler.
+    fn watched(&self, k: usize) -> Option<&Arc<Watched>> {
+        let lease = self.lease.as_ref().filter(|l| l.is_current())?;
+        Some(lease.watched(self.cached[k]?))
+    }
+
+    /// Counter reads at a window edge for the GPUs the sampler has switched to direct reads
+    /// (its model does not fit their board); empty when none has.
+    fn safe_reads(&self) -> GpuResult<Vec<Option<u64>>> {
+        let mut out = Vec::new();
+        for (k, &i) in self.indices.iter().enumerate() {
+            let direct = self
+                .watched(k)
+                .is_some_and(|w| w.with_track(|t| t.mode()) == Mode::Direct);
+            if direct {
+                out.resize(self.indices.len(), None);
+                out[k] = Some(self.device_read(i)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// A counter read of visible GPU `i`, its errors naming it.
+    fn device_read(&self, i: usize) -> GpuResult<u64> {
+        self.gpus
+            .device(i)?
+            .total_energy_consumption()
+            .map_err(|e| e.with_message(format!("GPU {i}: {}", e.message())))
+    }
+
+    /// Instant power (W) of the GPUs read directly with a counter that is not exact, for the
+    /// bound of their staleness; empty when there are none.
+    fn direct_powers(&self) -> Vec<f64> {
+        let mut out = Vec::new();
+        for (k, &i) in self.indices.iter().enumerate() {
+            if self.cached[k].is_none() && self.has_counter[k] && !self.exact[k] {
+                out.resize(self.indices.len(), 0.0);
+                out[k] = self
+                    .gpus
+                    .device(i)
+                    .and_then(|d| d.instant_power_usage().or_else(|_| d.average_power_usage()))
+                    .map_or(0.0, |mw| f64::from(mw) / 1000.0);
+            }
+        }
+        out
+    }
+
     /// Open window `key`. `ValueError`-style error if it is already open.
     pub fn begin_window(&mut self, key: &str) -> MonitorResult<()> {
         if self.windows.contains_key(key) {
@@ -562,11 +637,14 @@ impl EnergyMonitor {
         let mut counters_mj = self.spare_counters.pop().unwrap_or_default();
         let mut cached_j = self.spare_cached.pop().unwrap_or_default();
         let mut zones_j = Vec::new();
+        let mut zones_uncertain_j = Vec::new();
         if let Some(cpu) = &self.cpu {
-            cpu.read(&mut zones_j)?;
+            cpu.read(&mut zones_j, &mut zones_uncertain_j)?;
         }
         self.read_cached(start, &mut cached_j);
         self.read_counters(&cached_j, &mut counters_mj)?;
+        let safe_mj = self.safe_reads()?;
+        let start_w = self.direct_powers();
         self.sample_edges()?;
         let mut k = self.spare_keys.pop().unwrap_or_default();
         k.clear();
@@ -578,6 +656,9 @@ impl EnergyMonitor {
                 counters_mj,
                 cached_j,
                 zones_j,
+                zones_uncertain_j,
+                safe_mj,
+                start_w,
             },
         );
         Ok(())
@@ -599,6 +680,10 @@ impl EnergyMonitor {
     /// hundred milliseconds at most) for the counter's next update after the window's end, so
     /// both edges are interpolated between counter values instead of the end being extrapolated
     /// with power readings.
+    ///
+    /// A GPU whose reads have all failed for [`GONE_AFTER_S`] is gone: the error names it, and
+    /// the window stays open (close it again once the GPU answers, or cancel it). So does any
+    /// other device error at the end: nothing measured is lost.
     pub fn end_window_with(
         &mut self,
         key: &str,
@@ -611,7 +696,15 @@ impl EnergyMonitor {
                 "Measurement window '{key}' does not exist"
             )));
         };
-        let r = self.close(key, &w, cancel, instant, exact);
+        let r = if cancel {
+            Ok(self.cancelled())
+        } else {
+            self.check_gone().and_then(|_| self.close(key, &w, instant, exact))
+        };
+        if r.is_err() {
+            self.windows.insert(k, w);
+            return r;
+        }
         if self.spare_keys.len() < SPARE_BUFFERS {
             self.spare_keys.push(k);
             self.spare_counters.push(w.counters_mj);
@@ -620,59 +713,114 @@ impl EnergyMonitor {
         r
     }
 
+    /// An error naming the first monitored GPU that has not answered for [`GONE_AFTER_S`].
+    fn check_gone(&self) -> MonitorResult<()> {
+        let now = self.gpus.now();
+        for (k, &i) in self.indices.iter().enumerate() {
+            let Some((since, e)) = self.watched(k).and_then(|w| w.down_since()) else {
+                continue;
+            };
+            if now - since >= GONE_AFTER_S {
+                return Err(MonitorError::Gpu(e.with_message(format!(
+                    "GPU {i} has not answered for {:.1} s ({}); the window stays open: end it \
+                     again once the GPU is back, or cancel it",
+                    now - since,
+                    e.message()
+                ))));
+            }
+        }
+        Ok(())
+    }
+
+    /// The measurement of a cancelled window: zeros.
+    fn cancelled(&self) -> WindowEnd {
+        let zeros = |v: &[usize]| v.iter().map(|&i| (i, 0.0)).collect::<Vec<_>>();
+        let cpu = self.cpu.as_ref();
+        let dram = cpu.map(|c| {
+            c.indices
+                .iter()
+                .zip(&c.slots)
+                .filter(|(_, s)| s.1.is_some())
+                .map(|(&i, _)| (i, 0.0))
+                .collect::<Vec<_>>()
+        });
+        WindowEnd {
+            measurement: Measurement {
+                time: 0.0,
+                energy: zeros(&self.indices),
+                cpu_energy: cpu.map(|c| zeros(&c.indices)),
+                dram_energy: dram.clone(),
+                energy_bound: zeros(&self.indices),
+                provenance: self
+                    .indices
+                    .iter()
+                    .map(|&i| (i, Provenance::default()))
+                    .collect(),
+                cpu_bound: cpu.map(|c| zeros(&c.indices)),
+                dram_bound: dram,
+            },
+            warnings: Vec::new(),
+        }
+    }
+
+    /// How the sampler's calibration of monitored GPU `k` stands, for its provenance.
+    fn provenance(&self, k: usize, method: Method) -> Provenance {
+        let mut p = Provenance::new(method);
+        match self.watched(k) {
+            Some(w) => w.with_track(|t| {
+                let s = t.schedule();
+                p.update_period = Some(s.grid.period);
+                p.counter_lag = s.lag_known.then_some(s.lag);
+                if t.mode() != Mode::Cached {
+                    p.note = Some(t.mode_reason().to_string());
+                }
+            }),
+            None => p.update_period = Some(self.counter_period[k]),
+        }
+        p
+    }
+
     fn close(
         &mut self,
         key: &str,
         w: &OpenWindow,
-        cancel: bool,
         instant: Option<&InstantPower>,
         exact: bool,
     ) -> MonitorResult<WindowEnd> {
-        let (start, start_mj) = (w.start, &w.counters_mj);
-        if cancel {
-            let zeros = |v: &[usize]| v.iter().map(|&i| (i, 0.0)).collect::<Vec<_>>();
-            let cpu = self.cpu.as_ref();
-            return Ok(WindowEnd {
-                measurement: Measurement {
-                    time: 0.0,
-                    energy: zeros(&self.indices),
-                    cpu_energy: cpu.map(|c| zeros(&c.indices)),
-                    dram_energy: cpu.map(|c| {
-                        c.indices
-                            .iter()
-                            .zip(&c.slots)
-                            .filter(|(_, s)| s.1.is_some())
-                            .map(|(&i, _)| (i, 0.0))
-                            .collect()
-                    }),
-                },
-                warnings: Vec::new(),
-            });
-        }
+        let start = w.start;
         let end = self.gpus.now();
-        let (cpu_energy, dram_energy) = match &self.cpu {
-            None => (None, None),
+        let time = end - start;
+        let (cpu_energy, dram_energy, cpu_bound, dram_bound) = match &self.cpu {
+            None => (None, None, None, None),
             Some(cpu) => {
-                let mut now_j = Vec::new();
-                cpu.read(&mut now_j)?;
+                let (mut now_j, mut now_u) = (Vec::new(), Vec::new());
+                cpu.read(&mut now_j, &mut now_u)?;
                 let d = |z: usize| (now_j[z] - w.zones_j[z]).max(0.0);
-                let mut c = Vec::with_capacity(cpu.indices.len());
-                let mut m = Vec::new();
+                // The late reads' part since the start, plus each edge's staleness.
+                // What late reads added since the start, and both reads' staleness.
+                let b = |z: usize| {
+                    let ((u0, s0), (u1, s1)) = (w.zones_uncertain_j[z], now_u[z]);
+                    (u1 - u0).max(0.0) + s0 + s1
+                };
+                let (mut c, mut cb) = (Vec::new(), Vec::new());
+                let (mut m, mut mb) = (Vec::new(), Vec::new());
                 for (&i, &(p, dram)) in cpu.indices.iter().zip(&cpu.slots) {
                     c.push((i, d(p)));
+                    cb.push((i, b(p)));
                     if let Some(z) = dram {
                         m.push((i, d(z)));
+                        mb.push((i, b(z)));
                     }
                 }
-                (Some(c), Some(m))
+                (Some(c), Some(m), Some(cb), Some(mb))
             }
         };
         // Cached GPUs: mark the end edge; then (after waiting, with `exact`) take both edges
         // from the cache, the start again since the cache knows more by now.
         if exact && self.lease.is_some() {
             for k in 0..self.indices.len() {
-                if !w.cached_j[k].is_nan() {
-                    self.cached_edges(k, start, end, true);
+                if let Some(wt) = self.watched(k) {
+                    wt.with_track(|t| t.add_hint(end));
                 }
             }
             self.wait_settled(end);
@@ -681,41 +829,55 @@ impl EnergyMonitor {
         let read = self.read_counters(&w.cached_j, &mut counters);
         self.scratch = counters;
         read?;
-        let counters = &self.scratch;
-        let time = end - start;
+        let safe_now = if w.safe_mj.is_empty() {
+            Vec::new()
+        } else {
+            self.safe_reads_for(&w.safe_mj)?
+        };
+        let end_w = if w.start_w.is_empty() {
+            Vec::new()
+        } else {
+            self.direct_powers()
+        };
         let mut warnings = Vec::new();
         let own = match &self.own_power {
             Some(pm) => {
-                pm.sample_now()?;
-                if let Some(e) = pm.take_error() {
-                    return Err(e.into());
-                }
+                // A failing sample leaves a gap the bound counts; the window is not lost.
+                let _ = pm.sample_now();
                 pm.get_energy(start, end)
+                    .map(|e| (e, pm.get_energy_bound(start, end)))
             }
             None => None,
         };
-        let mut energy = Vec::with_capacity(self.indices.len());
+        let n = self.indices.len();
+        let mut energy = Vec::with_capacity(n);
+        let mut bound = Vec::with_capacity(n);
+        let mut provenance = Vec::with_capacity(n);
         for (k, &i) in self.indices.iter().enumerate() {
             let began_cached = !w.cached_j[k].is_nan();
-            let cached = if self.cached[k].is_some() {
-                self.cached_edges(k, start, end, !exact)
-            } else {
-                None
-            };
-            let mut e = if let Some((s, e)) = cached.filter(|c| c.0.is_some() || began_cached) {
-                // Both edges from the cache; a window opened before the sampler's first
-                // counter value gets its start from the cache too, once it has one.
-                (e - s.unwrap_or(w.cached_j[k])).max(0.0)
+            let (mut e, b, method) = if let Some(wt) = self.watched(k).cloned() {
+                self.cached_energy(k, i, &wt, w, end, exact, &safe_now)?
             } else if began_cached {
                 // The cache is gone (a forked child): the counter is on the same scale.
-                let e = self.gpus.device(i)?.total_energy_consumption()? as f64 / 1000.0;
-                (e - w.cached_j[k]).max(0.0)
+                let e = self.device_read(i)? as f64 / 1000.0;
+                let b = self.staleness_bound(k, (e - w.cached_j[k]).max(0.0), time, w, &end_w);
+                ((e - w.cached_j[k]).max(0.0), b, Method::DirectCounter)
             } else if self.has_counter[k] {
-                counter_delta_joules(start_mj[k], counters[k])
+                let e = counter_delta_joules(w.counters_mj[k], self.scratch[k]);
+                let b = if self.exact[k] {
+                    0.002
+                } else {
+                    self.staleness_bound(k, e, time, w, &end_w)
+                };
+                (e, b, Method::DirectCounter)
             } else {
                 match (&own, self.own_col[k]) {
-                    (Some(v), Some(c)) => v[c],
-                    _ => 0.0,
+                    (Some((v, b)), Some(c)) => (
+                        v[c],
+                        b.as_ref().map_or(v[c], |b| b[c]),
+                        Method::PowerIntegration,
+                    ),
+                    _ => (0.0, 0.0, Method::PowerIntegration),
                 }
             };
             if let Some(ip) = instant {
@@ -723,8 +885,20 @@ impl EnergyMonitor {
                     e = ip.watts[k] * (time - ip.read_time);
                 }
             }
+            if method == Method::Degraded {
+                warnings.push(format!(
+                    "Measurement window '{key}': GPU {i}'s readings failed, or its energy counter \
+                     reset, within the window; its energy ({} J) rests on what the GPU can draw \
+                     there: ±{} J.",
+                    py_float(e),
+                    py_float(b)
+                ));
+            }
             energy.push((i, e));
+            bound.push((i, b));
+            provenance.push((i, self.provenance(k, method)));
         }
+        self.mode_warnings(&mut warnings);
         if self.warn_short
             && time < self.slowest_counter_period()
             && !self.warned_short.contains(key)
@@ -738,42 +912,166 @@ impl EnergyMonitor {
             ));
         }
         self.cross_check(key, start, end, &energy, &mut warnings);
-        if let Some(log) = self.log.as_mut() {
-            self.line.clear();
-            self.line.push_str(&py_float(start));
-            self.line.push(',');
-            self.line.push_str(key);
-            self.line.push(',');
-            self.line.push_str(&py_float(time));
-            for (_, e) in &energy {
-                self.line.push(',');
-                self.line.push_str(&py_float(*e));
+        let m = Measurement {
+            time,
+            energy,
+            cpu_energy,
+            dram_energy,
+            energy_bound: bound,
+            provenance,
+            cpu_bound,
+            dram_bound,
+        };
+        self.write_log(key, start, &m)?;
+        Ok(WindowEnd {
+            measurement: m,
+            warnings,
+        })
+    }
+
+    /// Counter reads now for the GPUs that had one at the start (safe mode).
+    fn safe_reads_for(&self, started: &[Option<u64>]) -> GpuResult<Vec<Option<u64>>> {
+        let mut out = vec![None; started.len()];
+        for (k, s) in started.iter().enumerate() {
+            if s.is_some() {
+                out[k] = Some(self.device_read(self.indices[k])?);
             }
-            if let (Some(cpu), Some(c), Some(m)) = (&self.cpu, &cpu_energy, &dram_energy) {
-                let mut dram = m.iter();
+        }
+        Ok(out)
+    }
+
+    /// The energy of a GPU read through the sampler: from the cache, or in the safe modes from
+    /// direct reads at the edges or the power readings; with its bound and method.
+    #[allow(clippy::too_many_arguments)]
+    fn cached_energy(
+        &self,
+        k: usize,
+        i: usize,
+        watched: &Arc<Watched>,
+        w: &OpenWindow,
+        end: f64,
+        exact: bool,
+        safe_now: &[Option<u64>],
+    ) -> MonitorResult<(f64, f64, Method)> {
+        let start = w.start;
+        let mode = watched.with_track(|t| t.mode());
+        let direct = (w.safe_mj.get(k).copied().flatten(), safe_now.get(k).copied().flatten());
+        if let (Mode::Direct, (Some(a), Some(b))) = (mode, direct) {
+            let e = counter_delta_joules(a, b);
+            let bound = watched.with_track(|t| t.direct_bound(start, end));
+            return Ok((e, bound, Method::DirectCounter));
+        }
+        if mode == Mode::Power {
+            if let Some(p) = watched.with_track(|t| t.power_window(start, end)) {
+                let method = if p.degraded {
+                    Method::Degraded
+                } else {
+                    Method::PowerIntegration
+                };
+                return Ok((p.joules, p.bound, method));
+            }
+        }
+        let est = watched.with_track(|t| t.window(start, end, !exact));
+        match est {
+            Some(est) => {
+                let method = if est.degraded {
+                    Method::Degraded
+                } else {
+                    Method::CachedCounter
+                };
+                Ok((est.joules, est.bound, method))
+            }
+            None => {
+                // No counter value yet (the sampler has not read one, or every read failed):
+                // the counter now against the value the window started from, if it had one.
+                let e = self.device_read(i)? as f64 / 1000.0;
+                if w.cached_j[k].is_nan() {
+                    let est = watched.with_track(|t| t.power_window(start, end));
+                    return Ok(est.map_or((0.0, f64::INFINITY, Method::Degraded), |p| {
+                        (p.joules, p.bound, Method::PowerIntegration)
+                    }));
+                }
+                let bound = watched.with_track(|t| t.direct_bound(start, end));
+                Ok(((e - w.cached_j[k]).max(0.0), bound, Method::DirectCounter))
+            }
+        }
+    }
+
+    /// The bound of a counter read directly at both edges: each value is up to an update
+    /// period and the counter's lag stale, so the window may miss or gain that much energy at
+    /// either edge, at the highest power seen around it.
+    fn staleness_bound(&self, k: usize, e: f64, time: f64, w: &OpenWindow, end_w: &[f64]) -> f64 {
+        let stale = self.counter_period[k] + DIRECT_LAG_ALLOWANCE_S;
+        let mean = if time > 0.0 { e / time } else { 0.0 };
+        let p = mean
+            .max(w.start_w.get(k).copied().unwrap_or(0.0))
+            .max(end_w.get(k).copied().unwrap_or(0.0));
+        p * 1.1 * stale + 0.002
+    }
+
+    /// Warn once per GPU and process when the sampler left the cached mode for it.
+    fn mode_warnings(&self, warnings: &mut Vec<String>) {
+        for (k, &i) in self.indices.iter().enumerate() {
+            let Some(w) = self.watched(k) else { continue };
+            let (mode, reason, residual, noise) =
+                w.with_track(|t| (t.mode(), t.mode_reason().to_string(), t.residual_ratio(), t.noise()));
+            if mode != Mode::Cached && w.take_mode_warning() {
+                let what = match mode {
+                    Mode::Direct => "reading its energy counter directly at window edges",
+                    _ => "integrating its power readings",
+                };
+                warnings.push(format!(
+                    "GPU {i}: the energy sampler's model does not fit this board: {reason} \
+                     (self-check residual {:.1}%, power noise {:.1}%); {what} until it fits \
+                     again. This warning is shown once per GPU.",
+                    residual * 100.0,
+                    noise * 100.0
+                ));
+            }
+        }
+    }
+
+    /// Append the window's row to the log: the reference's columns, then each energy's bound.
+    fn write_log(&mut self, key: &str, start: f64, m: &Measurement) -> MonitorResult<()> {
+        let Some(log) = self.log.as_mut() else {
+            return Ok(());
+        };
+        let line = &mut self.line;
+        line.clear();
+        line.push_str(&py_float(start));
+        line.push(',');
+        line.push_str(key);
+        line.push(',');
+        line.push_str(&py_float(m.time));
+        let mut push = |v: f64| {
+            line.push(',');
+            line.push_str(&py_float(v));
+        };
+        for (_, e) in &m.energy {
+            push(*e);
+        }
+        let cpu_columns = |values: &Option<Vec<(usize, f64)>>,
+                           dram: &Option<Vec<(usize, f64)>>,
+                           push: &mut dyn FnMut(f64)| {
+            if let (Some(cpu), Some(c), Some(d)) = (&self.cpu, values, dram) {
+                let mut dram = d.iter();
                 for ((_, e), slot) in c.iter().zip(&cpu.slots) {
-                    self.line.push(',');
-                    self.line.push_str(&py_float(*e));
+                    push(*e);
                     if slot.1.is_some() {
-                        let (_, e) = dram.next().expect("one DRAM entry per DRAM zone");
-                        self.line.push(',');
-                        self.line.push_str(&py_float(*e));
+                        push(dram.next().expect("one DRAM entry per DRAM zone").1);
                     }
                 }
             }
-            self.line.push('\n');
-            log.write_all(self.line.as_bytes())?;
-            log.flush()?;
+        };
+        cpu_columns(&m.cpu_energy, &m.dram_energy, &mut push);
+        for (_, b) in &m.energy_bound {
+            push(*b);
         }
-        Ok(WindowEnd {
-            measurement: Measurement {
-                time,
-                energy,
-                cpu_energy,
-                dram_energy,
-            },
-            warnings,
-        })
+        cpu_columns(&m.cpu_bound, &m.dram_bound, &mut push);
+        line.push('\n');
+        log.write_all(line.as_bytes())?;
+        log.flush()?;
+        Ok(())
     }
 
     /// The update period that bounds how short a window can be measured: the slowest counter
@@ -833,15 +1131,23 @@ fn open_log(
     for i in indices {
         header.push_str(&format!(",gpu{i}_energy"));
     }
-    // CPU columns only when CPUs are monitored; DRAM only for packages that have it.
-    if let Some(cpu) = cpu {
-        for (i, slot) in cpu.indices.iter().zip(&cpu.slots) {
-            header.push_str(&format!(",cpu{i}_energy"));
-            if slot.1.is_some() {
-                header.push_str(&format!(",dram{i}_energy"));
+    // CPU columns only when CPUs are monitored; DRAM only for packages that have it. Then the
+    // bound of each (after every column of the reference, so its readers still read the file).
+    let cpu_header = |header: &mut String, suffix: &str| {
+        if let Some(cpu) = cpu {
+            for (i, slot) in cpu.indices.iter().zip(&cpu.slots) {
+                header.push_str(&format!(",cpu{i}_energy{suffix}"));
+                if slot.1.is_some() {
+                    header.push_str(&format!(",dram{i}_energy{suffix}"));
+                }
             }
         }
+    };
+    cpu_header(&mut header, "");
+    for i in indices {
+        header.push_str(&format!(",gpu{i}_energy_uncertainty"));
     }
+    cpu_header(&mut header, "_uncertainty");
     header.push('\n');
     w.write_all(header.as_bytes())?;
     w.flush()?;
@@ -967,13 +1273,11 @@ mod tests {
         m.begin_window("a").unwrap();
         let r = m.end_window("a", true, None).unwrap();
         assert_eq!(
-            r.measurement,
-            Measurement {
-                time: 0.0,
-                energy: vec![(0, 0.0)],
-                ..Default::default()
-            }
+            (r.measurement.time, &r.measurement.energy),
+            (0.0, &vec![(0, 0.0)])
         );
+        assert_eq!(r.measurement.energy_bound, vec![(0, 0.0)]);
+        assert!(r.measurement.cpu_energy.is_none());
         assert!(r.warnings.is_empty());
     }
 
@@ -1012,7 +1316,8 @@ mod tests {
         let mut m = EnergyMonitor::new(gpus, Some(vec![1, 0]), Some(&path), None).unwrap();
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy\n"
+            "start_time,window_name,elapsed_time,gpu1_energy,gpu0_energy,\
+             gpu1_energy_uncertainty,gpu0_energy_uncertainty\n"
         );
         m.begin_window("outer").unwrap();
         d[0].counter.store(1000, Ordering::SeqCst);
@@ -1027,8 +1332,20 @@ mod tests {
         m.end_window("outer", false, None).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         let rows: Vec<&str> = text.lines().collect();
-        assert_eq!(rows[1], "101.0,inner,2.0,0.0,0.25");
-        assert_eq!(rows[2], "100.0,outer,3.0,3.0,1.25");
+        // The test GPUs' counters are read directly and are not exact: the bound is a period
+        // of staleness (0.5 s + the lag allowance) at the highest power seen, here the
+        // devices' instant power (100 W) at the edges.
+        let bound = |e: f64, t: f64| {
+            py_float((e / t).max(100.0) * 1.1 * (0.5 + DIRECT_LAG_ALLOWANCE_S) + 0.002)
+        };
+        assert_eq!(
+            rows[1],
+            format!("101.0,inner,2.0,0.0,0.25,{},{}", bound(0.0, 2.0), bound(0.25, 2.0))
+        );
+        assert_eq!(
+            rows[2],
+            format!("100.0,outer,3.0,3.0,1.25,{},{}", bound(3.0, 3.0), bound(1.25, 3.0))
+        );
         assert_eq!(rows.len(), 3, "cancelled windows are not logged");
     }
 

@@ -14,11 +14,13 @@ pub mod counter;
 pub mod energy;
 pub mod error;
 pub mod power;
+pub mod provenance;
 pub mod sampler;
 pub mod stop;
 pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};
 pub use error::{MonitorError, MonitorResult};
+pub use provenance::{Method, Provenance};
 pub use power::{infer_counter_update_period, PowerDomain, PowerMonitor, PowerMonitorOptions};
 pub use timeline::Timeline;

@@ -224,8 +224,12 @@ struct Shared {
     /// One timeline per domain, in `domains` order, all sampled at the same instants.
     timelines: Mutex<Vec<Timeline>>,
     stop: StopSignal,
-    /// The first device error the thread hit (it stops sampling then).
-    error: Mutex<Option<GpuError>>,
+    /// The error of the latest sample while samples fail, and since when (cleared by the next
+    /// sample that works): sampling goes on through faults, leaving a gap in the timeline.
+    error: Mutex<Option<(GpuError, f64)>>,
+    /// Per monitored GPU: the highest power it can draw (its maximum power limit, W), for the
+    /// bound over a gap.
+    max_w: Vec<f64>,
 }
 
 impl Shared {
@@ -253,9 +257,13 @@ impl Shared {
         let mut buf = Vec::with_capacity(self.indices.len());
         let mut next = Instant::now();
         loop {
-            if let Err(e) = self.sample(&mut buf) {
-                *lock(&self.error) = Some(e);
-                return;
+            match self.sample(&mut buf) {
+                Ok(_) => *lock(&self.error) = None,
+                Err(e) => {
+                    let mut err = lock(&self.error);
+                    let since = err.as_ref().map_or_else(|| self.gpus.now(), |(_, s)| *s);
+                    *err = Some((e, since));
+                }
             }
             // Ticks stay on a fixed grid; ticks missed while we were slow are skipped rather
             // than made up in a burst.
@@ -327,6 +335,14 @@ impl PowerMonitor {
             .background
             .unwrap_or_else(|| !gpus.clock().is_virtual());
         let domains = resolve_domains(&gpus, &indices, options.domains.as_deref())?;
+        let max_w = indices
+            .iter()
+            .map(|&i| {
+                gpus.device(i)
+                    .and_then(|d| d.power_management_limit_constraints())
+                    .map_or(0.0, |(_, max)| f64::from(max) / 1000.0)
+            })
+            .collect();
         let shared = Arc::new(Shared {
             timelines: Mutex::new(
                 domains
@@ -340,6 +356,7 @@ impl PowerMonitor {
             period,
             stop: StopSignal::new(),
             error: Mutex::new(None),
+            max_w,
         });
         let thread = if background {
             let s = shared.clone();
@@ -393,9 +410,47 @@ impl PowerMonitor {
         }
     }
 
-    /// The device error that stopped the sampling thread, if any (taken: reported once).
-    pub fn take_error(&self) -> Option<GpuError> {
-        lock(&self.shared.error).take()
+    /// The error the latest samples failed with and since when, while they fail (sampling
+    /// goes on; the timeline has a gap, which [`PowerMonitor::get_energy_bound`] counts).
+    pub fn error(&self) -> Option<(GpuError, f64)> {
+        lock(&self.shared.error).clone()
+    }
+
+    /// The ~95% bound (J) per monitored GPU of [`PowerMonitor::get_energy`] (see
+    /// [`Timeline::energy_bound`]).
+    pub fn get_energy_bound(&self, start: f64, end: f64) -> Option<Vec<f64>> {
+        self.get_energy_bound_in(None, start, end).ok().flatten()
+    }
+
+    /// [`PowerMonitor::get_energy_bound`] in `domain` (`None`: the primary one). The readings
+    /// lag by the driver's update period, and a trailing average by half its window (1 s on
+    /// Ampere and newer boards other than the GA100, NVML says).
+    pub fn get_energy_bound_in(
+        &self,
+        domain: Option<PowerDomain>,
+        start: f64,
+        end: f64,
+    ) -> MonitorResult<Option<Vec<f64>>> {
+        let k = self.domain_slot(domain)?;
+        let d = self.shared.domains[k];
+        let update = self
+            .shared
+            .indices
+            .iter()
+            .filter_map(|&i| self.shared.gpus.device(i).ok()?.power_update_period())
+            .fold(0.1f64, f64::max);
+        let lag = match d {
+            PowerDomain::DeviceAverage => update.max(0.5),
+            _ => update,
+        };
+        let period = self.shared.period.max(update);
+        Ok(lock(&self.shared.timelines)[k].energy_bound(
+            start,
+            end,
+            period,
+            lag,
+            &self.shared.max_w,
+        ))
     }
 
     /// The sampled domains; the first is the primary one.

@@ -191,6 +191,65 @@ impl Timeline {
         Some(out)
     }
 
+    /// The ~95% bound (J) per GPU column of [`Timeline::energy`] over `[start, end]`.
+    ///
+    /// Between two samples the power may have moved anywhere between their values, at any
+    /// moment: the trapezoid is then off by up to half the change times the gap. A gap longer
+    /// than `2 * period` (samples missing: a driver fault) may have held anything up to
+    /// `max_w[g]`. Readings describe the driver's last update, up to `lag` s before their
+    /// timestamps: the window's edges may be shifted by that, at the power there. And 1% of the
+    /// energy for the readings' own noise and offset.
+    pub fn energy_bound(
+        &self,
+        start: f64,
+        end: f64,
+        period: f64,
+        lag: f64,
+        max_w: &[f64],
+    ) -> Option<Vec<f64>> {
+        let energy = self.energy(start, end)?;
+        let lo = self.lower_bound(start).saturating_sub(1);
+        let hi = self.upper_bound(end).min(self.len);
+        let mut out = Vec::with_capacity(self.n_gpus);
+        for (g, &e) in energy.iter().enumerate() {
+            let mut b = 0.01 * e;
+            for i in lo..hi.saturating_sub(1) {
+                let (t0, t1) = (self.time(i).max(start), self.time(i + 1).min(end));
+                if t1 <= t0 {
+                    continue;
+                }
+                let (p0, p1) = (
+                    self.power_mw(i, g) as f64 / 1000.0,
+                    self.power_mw(i + 1, g) as f64 / 1000.0,
+                );
+                b += if self.time(i + 1) - self.time(i) > 2.0 * period {
+                    max_w.get(g).copied().unwrap_or(0.0).max(p0.max(p1)) * (t1 - t0)
+                } else {
+                    (p1 - p0).abs() * (t1 - t0) / 2.0
+                };
+            }
+            let edge = |t: f64| self.interpolate_at(t, g).unwrap_or(0.0);
+            b += (edge(end) - edge(start)).abs() * lag;
+            out.push(b);
+        }
+        Some(out)
+    }
+
+    /// Column `g` (W) at `t`, interpolated, clamped to the first and last samples.
+    fn interpolate_at(&self, t: f64, g: usize) -> Option<f64> {
+        if self.len == 0 {
+            return None;
+        }
+        let i = self.lower_bound(t);
+        if i == 0 {
+            return Some(self.power_mw(0, g) as f64 / 1000.0);
+        }
+        if i >= self.len {
+            return Some(self.power_mw(self.len - 1, g) as f64 / 1000.0);
+        }
+        Some(self.interpolate_w(i - 1, g, t))
+    }
+
     /// Power (W) per GPU column: the latest sample if `t` is `None`, else the first sample at or
     /// after `t`, or the latest if none is (the reference's `searchsorted`, clamped).
     pub fn power(&self, t: Option<f64>) -> Option<Vec<f64>> {

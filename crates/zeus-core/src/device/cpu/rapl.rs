@@ -61,6 +61,9 @@ pub struct Unwrapper {
     /// Seconds of spans that gave power figures, up to [`WARM_UP`].
     warm_s: f64,
     last_at: Option<Instant>,
+    /// How far off the total may be from whole ranges that late reads inferred, µJ (summed:
+    /// each inference may be off by what the power's uncertainty over its gap allows).
+    uncertain_uj: f64,
 }
 
 impl Unwrapper {
@@ -75,6 +78,7 @@ impl Unwrapper {
             bound_w: None,
             warm_s: 0.0,
             last_at: None,
+            uncertain_uj: 0.0,
         }
     }
 
@@ -84,6 +88,7 @@ impl Unwrapper {
         match self.last_raw {
             None => self.total_uj = u128::from(raw),
             Some(last) => {
+                self.uncertain_uj += self.late_read_uncertainty(at);
                 self.total_uj += u128::from(self.delta(last, raw));
                 self.total_uj += u128::from(self.range_uj) * self.hidden_wraps(last, raw, at);
             }
@@ -138,6 +143,24 @@ impl Unwrapper {
         let expected = p * gap.as_secs_f64() * 1e6;
         let seen = self.delta(last, raw) as f64;
         ((expected - seen) / self.range_uj as f64).round().max(0.0) as u128
+    }
+
+    /// The uncertainty a late read adds: the smoothed power may be off by a third over the
+    /// gap, and the count of ranges by that energy (at most a whole range).
+    fn late_read_uncertainty(&self, at: Instant) -> f64 {
+        let (Some(p), Some(prev)) = (self.power_w, self.last_at) else {
+            return 0.0;
+        };
+        let gap = at.saturating_duration_since(prev);
+        if gap <= 2 * self.poll_interval() || self.range_uj == 0 {
+            return 0.0;
+        }
+        (p * gap.as_secs_f64() * 1e6 / 3.0).min(self.range_uj as f64)
+    }
+
+    /// How far off the total may be, µJ, from the late reads so far.
+    pub fn uncertain_uj(&self) -> f64 {
+        self.uncertain_uj
     }
 
     /// Energy between two raw readings, µJ, assuming less than one range passed between them.
@@ -270,6 +293,16 @@ impl RaplZone {
         let mut st = self.state();
         let raw = self.read_raw_uj()?;
         Ok(st.observe(raw, Instant::now()) as f64 / 1e6)
+    }
+
+    /// [`RaplZone::energy_j`], with how far off the total may be from ranges that late reads
+    /// had to infer (J; grows only when the sampler was starved long enough to risk a wrap)
+    /// and the power lately seen (W).
+    pub fn energy_with_uncertainty(&self) -> CpuResult<(f64, f64, f64)> {
+        let mut st = self.state();
+        let raw = self.read_raw_uj()?;
+        let total = st.observe(raw, Instant::now()) as f64 / 1e6;
+        Ok((total, st.uncertain_uj() / 1e6, st.power_w().unwrap_or(0.0)))
     }
 
     /// The cumulative energy as of the last read by anyone, J, without reading.

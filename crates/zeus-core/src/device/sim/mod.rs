@@ -957,6 +957,9 @@ impl Gpu for SimGpu {
     fn power_update_period(&self) -> Option<f64> {
         Some(self.board.power_period_s)
     }
+    fn counter_is_exact(&self) -> Option<bool> {
+        Some(self.fidelity == Fidelity::Ideal)
+    }
     fn pci_bus_id(&self) -> GpuResult<String> {
         // One GPU per bus, from bus 0x01 on.
         Ok(format!("00000000:{:02X}:00.0", self.index + 1))

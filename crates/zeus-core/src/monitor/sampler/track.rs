@@ -55,6 +55,11 @@ const LOOK_LATE: f64 = 0.010;
 const HINT_TOLERANCE: f64 = 2.0 * POLL_STEP;
 /// The longest counter lag the calibration searches.
 pub const LAG_MAX: f64 = 0.100;
+/// Until the calibration has a schedule, the counter is taken to describe the power updates
+/// and show each this long after it (as measured on an H100 with driver 580: 10-25 ms), give or
+/// take as much: the first windows are then as good as on that board, and the calibration
+/// replaces the guess within about a second wherever it is wrong.
+const PRIOR_LAG: f64 = 0.015;
 /// Reads the calibration looks at.
 const FIT_READS: usize = 64;
 /// Refit the schedule every this many reads once fitted (every read before).
@@ -317,7 +322,7 @@ impl Track {
                     phase: 0.0,
                     phase_err: period / 2.0,
                 },
-                lag: 0.015,
+                lag: PRIOR_LAG,
                 lag_err: LAG_MAX / 2.0,
                 fitted: false,
                 lag_known: false,
@@ -696,6 +701,15 @@ impl Track {
             k.index + ((tick.t - k.t) / self.period).round().max(1.0) as i64
         });
         self.ticks.push_back(tick);
+        if !self.schedule.fitted && tick.seen {
+            // The guess until calibrated: publishes a prior lag after each power update.
+            self.schedule.grid = Grid {
+                period: self.period,
+                phase: tick.t + PRIOR_LAG,
+                phase_err: PRIOR_LAG,
+            };
+            self.schedule.lag = PRIOR_LAG;
+        }
         if tick.seen && self.locked {
             self.refine_period();
         }
@@ -825,12 +839,19 @@ impl Track {
         let g = self.schedule.grid;
         self.dither = self.dither.wrapping_add(1);
         let golden = (f64::from(self.dither) * 0.618_033_988_7).fract();
-        let due = if self.schedule.fitted && self.dither % 4 != 0 {
+        // Fitted: every fourth read dithered. Before: every other one, the rest just after the
+        // guessed publish, so that the first windows rest on well-placed values.
+        let dithered = if self.schedule.fitted {
+            self.dither % 4 == 0
+        } else {
+            self.dither % 2 == 0 || !self.locked
+        };
+        let due = if dithered {
+            earliest + golden * g.period.max(self.period)
+        } else {
             let margin = 0.0015 + g.phase_err;
             let next = g.at_or_before(earliest - margin) + g.period;
             next + margin
-        } else {
-            earliest + golden * g.period.max(self.period)
         };
         self.read_due = Some(due);
     }
