@@ -375,7 +375,11 @@ impl Collector for GpuCollector {
             if let Some(e) = edge {
                 // Through a fault, the low end of what the GPU may have drawn: the counter
                 // then never has to go back once readings return.
-                let j = if e.degraded { e.joules - e.hard } else { e.joules };
+                let j = if e.degraded {
+                    e.joules - e.hard
+                } else {
+                    e.joules
+                };
                 sample(&mut energy, &base, g.monotonic(j));
             }
             let with_mode = |m: &'static str| {

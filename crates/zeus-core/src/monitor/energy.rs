@@ -699,7 +699,8 @@ impl EnergyMonitor {
         let r = if cancel {
             Ok(self.cancelled())
         } else {
-            self.check_gone().and_then(|_| self.close(key, &w, instant, exact))
+            self.check_gone()
+                .and_then(|_| self.close(key, &w, instant, exact))
         };
         if r.is_err() {
             self.windows.insert(k, w);
@@ -955,7 +956,10 @@ impl EnergyMonitor {
     ) -> MonitorResult<(f64, f64, Method)> {
         let start = w.start;
         let mode = watched.with_track(|t| t.mode());
-        let direct = (w.safe_mj.get(k).copied().flatten(), safe_now.get(k).copied().flatten());
+        let direct = (
+            w.safe_mj.get(k).copied().flatten(),
+            safe_now.get(k).copied().flatten(),
+        );
         if let (Mode::Direct, (Some(a), Some(b))) = (mode, direct) {
             let e = counter_delta_joules(a, b);
             let bound = watched.with_track(|t| t.direct_bound(start, end));
@@ -1013,8 +1017,14 @@ impl EnergyMonitor {
     fn mode_warnings(&self, warnings: &mut Vec<String>) {
         for (k, &i) in self.indices.iter().enumerate() {
             let Some(w) = self.watched(k) else { continue };
-            let (mode, reason, residual, noise) =
-                w.with_track(|t| (t.mode(), t.mode_reason().to_string(), t.residual_ratio(), t.noise()));
+            let (mode, reason, residual, noise) = w.with_track(|t| {
+                (
+                    t.mode(),
+                    t.mode_reason().to_string(),
+                    t.residual_ratio(),
+                    t.noise(),
+                )
+            });
             if mode != Mode::Cached && w.take_mode_warning() {
                 let what = match mode {
                     Mode::Direct => "reading its energy counter directly at window edges",
@@ -1340,11 +1350,19 @@ mod tests {
         };
         assert_eq!(
             rows[1],
-            format!("101.0,inner,2.0,0.0,0.25,{},{}", bound(0.0, 2.0), bound(0.25, 2.0))
+            format!(
+                "101.0,inner,2.0,0.0,0.25,{},{}",
+                bound(0.0, 2.0),
+                bound(0.25, 2.0)
+            )
         );
         assert_eq!(
             rows[2],
-            format!("100.0,outer,3.0,3.0,1.25,{},{}", bound(3.0, 3.0), bound(1.25, 3.0))
+            format!(
+                "100.0,outer,3.0,3.0,1.25,{},{}",
+                bound(3.0, 3.0),
+                bound(1.25, 3.0)
+            )
         );
         assert_eq!(rows.len(), 3, "cancelled windows are not logged");
     }

@@ -21,6 +21,6 @@ pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};
 pub use error::{MonitorError, MonitorResult};
-pub use provenance::{Method, Provenance};
 pub use power::{infer_counter_update_period, PowerDomain, PowerMonitor, PowerMonitorOptions};
+pub use provenance::{Method, Provenance};
 pub use timeline::Timeline;

@@ -80,7 +80,13 @@ fn default_gpus(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 ///     counter_lag: Seconds between the moment a counter value describes and when the driver
 ///         shows it, as the sampler measured it, or `None`.
 ///     note: Why the figure was not made the usual way, or `None`.
-#[pyclass(name = "Provenance", module = "zeus.monitor", frozen, eq, skip_from_py_object)]
+#[pyclass(
+    name = "Provenance",
+    module = "zeus.monitor",
+    frozen,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyProvenance {
     #[pyo3(get)]

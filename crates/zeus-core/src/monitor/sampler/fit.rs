@@ -276,7 +276,10 @@ pub fn fit_lag(
     let lag_err = (hi - lo + 1) as f64 * step / 2.0;
     // Informative when the worst lag fits clearly worse than the best one and the lags that
     // fit are few.
-    let informative = worst > sbest * 2.0 + 1e-4 && lag_err < 0.02;
+    // And only where the model predicts the counter well at the best lag (a mean squared
+    // relative miss under 2%): a load that moves between readings makes every lag fit badly,
+    // and the best of bad fits says nothing about the board.
+    let informative = worst > sbest * 2.0 + 1e-4 && lag_err < 0.02 && sbest < 0.02;
     let interior_best = scores[..n.saturating_sub(20)]
         .iter()
         .copied()

@@ -65,7 +65,7 @@ const FIT_READS: usize = 64;
 /// Refit the schedule every this many reads once fitted (every read before).
 const REFIT_EVERY: u32 = 16;
 /// Half-width multiplier of a window's bound: about 95% of a normal error.
-pub const Z95: f64 = 2.0;
+pub const Z95: f64 = 1.96;
 /// Residuals kept per kind for the bound and the self-check.
 const RESIDUALS: usize = 24;
 
@@ -269,9 +269,10 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T, n: usize) {
     }
 }
 
-/// The scale (a standard deviation) of residuals: from their 90th percentile, so that one
-/// stray value among two dozen (a start-up glitch) does not widen every bound, while a heavy
-/// tail still does.
+/// The scale (a standard deviation) of residuals: their 95th percentile over 1.96, so that a
+/// bound of [`Z95`] scales covers 95% of them whatever the shape of their tail (a load that
+/// moves between readings gives heavy ones), while a single stray value among two dozen (a
+/// start-up glitch) does not widen every bound.
 fn rms(q: &VecDeque<Residual>, calm_only: bool) -> Option<f64> {
     let v: Vec<f64> = q
         .iter()
@@ -287,8 +288,9 @@ fn robust_scale(v: &[f64]) -> Option<f64> {
     }
     let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
     a.sort_by(f64::total_cmp);
-    let q90 = a[((a.len() as f64 * 0.9).ceil() as usize).min(a.len()) - 1];
-    Some(q90 / 1.645)
+    let q95 = a[((a.len() as f64 * 0.95).ceil() as usize).min(a.len()) - 1];
+    let second = a[a.len().saturating_sub(2)];
+    Some(q95.min(second) / 1.96)
 }
 
 impl Track {
@@ -965,11 +967,15 @@ impl Track {
             let on_grid = (self.schedule.grid.period - self.period).abs() < 1e-6;
             let grid_lag = self.on_grid_lag();
             self.schedule.on_ticks = on_grid && (!l.informative || l.accepts(grid_lag));
+            let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
             if on_grid && l.informative && l.accepts(grid_lag) {
                 self.schedule.lag = grid_lag;
                 self.schedule.lag_err = l.lag_err.clamp(0.001, 0.005);
                 self.schedule.lag_known = true;
                 self.schedule.lag_beyond_range = false;
+            } else if keep {
+                // A measured lag stays while the data still accept it: a load that moves
+                // between readings makes the fit's best lag wander, the board's lag does not.
             } else if l.informative {
                 self.schedule.lag = l.lag;
                 self.schedule.lag_err = l.lag_err.max(0.001);
@@ -1854,9 +1860,15 @@ impl Track {
                 Some((h, _, _)) if t > h => (0.0, self.free_half_width(t - h)),
                 _ => (0.0, 0.0),
             };
+            // How far the extrapolation goes wrong is learned against the settled value, which
+            // is itself off by what interpolation inside a counter interval is: both count.
+            let hinted = self.hints.iter().any(|&h| h > a.t - HINT_TOLERANCE);
+            let interval = self.power_near(t) * self.schedule.grid.period.max(self.period);
+            let shape = self.residual_scale(hinted) * interval;
             return Some(Edge {
                 joules: a.joules + e,
                 sigma: (self.extrapolation_sigma(u, t).powi(2)
+                    + shape.powi(2)
                     + timing.powi(2)
                     + res_sigma.powi(2)
                     + level_sigma.powi(2))
