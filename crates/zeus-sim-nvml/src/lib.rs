@@ -8,8 +8,9 @@
 //! say: `NVML_ERROR_NO_PERMISSION` with `ZEUS_SIM_PRIVILEGED=0`, `NVML_ERROR_NOT_SUPPORTED` for
 //! the energy counter of a P100, `NVML_ERROR_UNINITIALIZED` before `nvmlInit`.
 //!
-//! Three extra functions (`zeusSim*`) let a test drive the model from outside: mark a GPU busy or
-//! idle, run work, and advance the virtual clock.
+//! Extra functions (`zeusSim*`) let a test drive the model from outside: mark a GPU busy or
+//! idle, run work, advance the virtual clock, inject faults, reset or freeze the energy counter,
+//! and read the model's true energy.
 //!
 //! Safety: every exported function checks its pointers for null and its device handle against
 //! the devices it handed out before touching them.
@@ -1126,6 +1127,31 @@ pub extern "C" fn zeusSimResetCounter(index: c_uint) -> Ret {
     guard(|| {
         let c = cluster()?;
         c.device(index as usize).map_err(code)?.reset_counter();
+        Ok(())
+    })
+}
+
+/// Stop simulated GPU `index`'s energy counter where it stands (a board whose counter froze).
+#[no_mangle]
+pub extern "C" fn zeusSimFreezeCounter(index: c_uint) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        c.device(index as usize).map_err(code)?.freeze_counter();
+        Ok(())
+    })
+}
+
+/// The model's exact energy of simulated GPU `index` so far (J, no counter lag or rounding):
+/// the ground truth a test measures against.
+#[no_mangle]
+pub unsafe extern "C" fn zeusSimTrueEnergy(index: c_uint, joules: *mut f64) -> Ret {
+    guard(|| {
+        if joules.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let c = cluster()?;
+        let e = c.device(index as usize).map_err(code)?.true_energy_j();
+        joules.write(e);
         Ok(())
     })
 }

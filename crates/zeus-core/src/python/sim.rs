@@ -157,6 +157,54 @@ fn sim_true_power(py: Python<'_>, index: usize) -> PyResult<f64> {
     Ok(cluster(py)?.device(index).py_err(py)?.true_power_w())
 }
 
+/// Make the calls `calls` (`energy`, `power`, `other`, joined by `+`, or `all`) of GPU `index`
+/// fail with NVML error `error` (a name such as `GPU_IS_LOST`) for `seconds` (infinite: gone
+/// for good), starting `after` seconds from now.
+#[pyfunction]
+#[pyo3(signature = (index, calls, seconds, after = 0.0, error = "GPU_IS_LOST"))]
+fn sim_inject_fault(
+    py: Python<'_>,
+    index: usize,
+    calls: &str,
+    seconds: f64,
+    after: f64,
+    error: &str,
+) -> PyResult<()> {
+    use crate::device::sim::board;
+    let bits = board::call_bits(calls).map_err(PyValueError::new_err)?;
+    let code = board::error_code(error)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown NVML error {error:?}")))?;
+    if seconds.is_nan() || seconds <= 0.0 || !after.is_finite() || after < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "a fault needs seconds > 0 and after >= 0 (got seconds={seconds}, after={after})"
+        )));
+    }
+    let c = cluster(py)?;
+    let dev = c.device(index).py_err(py)?;
+    let now = c.clock().now();
+    dev.inject_fault(board::Fault {
+        calls: bits,
+        from: now + after,
+        until: now + after + seconds,
+        code,
+    });
+    Ok(())
+}
+
+/// Reset GPU `index`'s energy counter to 0 now, as a driver reload does.
+#[pyfunction]
+fn sim_reset_counter(py: Python<'_>, index: usize) -> PyResult<()> {
+    cluster(py)?.device(index).py_err(py)?.reset_counter();
+    Ok(())
+}
+
+/// Stop GPU `index`'s energy counter where it stands (a board whose counter froze).
+#[pyfunction]
+fn sim_freeze_counter(py: Python<'_>, index: usize) -> PyResult<()> {
+    cluster(py)?.device(index).py_err(py)?.freeze_counter();
+    Ok(())
+}
+
 /// Forget the simulated cluster; the next use rebuilds it from the environment.
 #[pyfunction]
 fn sim_reset() {
@@ -240,6 +288,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_steady_state, m)?)?;
     m.add_function(wrap_pyfunction!(sim_true_energy, m)?)?;
     m.add_function(wrap_pyfunction!(sim_true_power, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_inject_fault, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_reset_counter, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_freeze_counter, m)?)?;
     m.add_function(wrap_pyfunction!(sim_reset, m)?)?;
     Ok(())
 }

@@ -32,6 +32,8 @@ __all__ = [
     "cpu_true_power",
     "cpu_model_energy",
     "device_count",
+    "freeze_counter",
+    "inject_fault",
     "is_busy",
     "is_virtual_clock",
     "known_presets",
@@ -40,6 +42,7 @@ __all__ = [
     "presets",
     "rapl_tree",
     "reset",
+    "reset_counter",
     "run",
     "set_busy",
     "set_workload",
@@ -145,6 +148,39 @@ def true_energy(index: int = 0) -> float:
 def true_power(index: int = 0) -> float:
     """The model's power now in watts, without reading noise."""
     return _core.sim_true_power(index)
+
+
+def inject_fault(
+    index: int,
+    calls: str,
+    seconds: float,
+    after: float = 0.0,
+    error: str = "GPU_IS_LOST",
+) -> None:
+    """Make driver calls of GPU `index` fail, as a flaky driver does.
+
+    Args:
+        index: The simulated GPU.
+        calls: Which calls fail: `energy`, `power` or `other`, joined by `+`, or `all`.
+        seconds: How long they fail (`float("inf")`: the GPU is gone for good).
+        after: Seconds from now until the fault starts.
+        error: The NVML error they fail with, e.g. `GPU_IS_LOST`, `UNKNOWN`, `TIMEOUT`.
+
+    Raises:
+        ValueError: An unknown call or error name, or a negative time.
+
+    """
+    _core.sim_inject_fault(index, calls, seconds, after, error)
+
+
+def reset_counter(index: int = 0) -> None:
+    """Reset GPU `index`'s energy counter to 0 now, as a driver reload does."""
+    _core.sim_reset_counter(index)
+
+
+def freeze_counter(index: int = 0) -> None:
+    """Stop GPU `index`'s energy counter where it stands (a board whose counter froze)."""
+    _core.sim_freeze_counter(index)
 
 
 def cpu_count() -> int:

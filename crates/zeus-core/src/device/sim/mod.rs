@@ -208,6 +208,9 @@ pub struct SimGpu {
     faults: Mutex<Vec<Fault>>,
     /// Counter resets: when, and the energy (J) at that moment once known.
     resets: Mutex<Vec<(f64, Option<f64>)>>,
+    /// The counter reading every later read returns once the counter froze (a board whose
+    /// counter stops counting while the board draws power, as MI100's did).
+    frozen: Mutex<Option<(u64, f64)>>,
     /// On a virtual clock, whether a driver call moves the clock by what it costs (so that a
     /// test sees reads take time, as they do on the real clock).
     virtual_call_time: std::sync::atomic::AtomicBool,
@@ -403,6 +406,7 @@ impl SimGpu {
             counter_phase: 0.0,
             faults: Mutex::new(Vec::new()),
             resets: Mutex::new(Vec::new()),
+            frozen: Mutex::new(None),
             virtual_call_time: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(state),
             shared: None,
@@ -485,6 +489,12 @@ impl SimGpu {
         lock(&self.resets).push((now, Some(e)));
     }
 
+    /// Stop the energy counter where it stands: every later read returns the value of now.
+    pub fn freeze_counter(&self) {
+        let reading = self.counter_reading(self.clock.now());
+        *lock(&self.frozen) = Some(reading);
+    }
+
     /// The energy (J) the counter had counted before its latest reset at or before `t` (0
     /// without one). Resets scheduled ahead learn their energy once their time has come.
     fn reset_offset(&self, s: &State, t: f64) -> f64 {
@@ -554,6 +564,9 @@ impl SimGpu {
     /// What the counter shows at `now`: the energy at its last update that has been published,
     /// counted since the last reset, in steps of its resolution; and the time of that update.
     fn counter_reading(&self, now: f64) -> (u64, f64) {
+        if let Some(frozen) = *lock(&self.frozen) {
+            return frozen;
+        }
         let (t, e) = if self.real() {
             let t = self.last_counter_update(now - self.board.counter_lag_s);
             let s = self.state();
