@@ -145,11 +145,19 @@ fn cpu_only_monitor_measures_packages_and_logs_their_columns() {
     assert!((r.total_energy() - c.iter().chain(&d).map(|x| x.1).sum::<f64>()).abs() < 1e-9);
     let text = std::fs::read_to_string(&log).unwrap();
     let rows: Vec<&str> = text.lines().collect();
+    // The reference's columns, then each package's bounds (issue 22).
     assert_eq!(
         rows[0],
-        "start_time,window_name,elapsed_time,cpu1_energy,dram1_energy,cpu0_energy,dram0_energy"
+        "start_time,window_name,elapsed_time,cpu1_energy,dram1_energy,cpu0_energy,dram0_energy,\
+         cpu1_energy_uncertainty,dram1_energy_uncertainty,cpu0_energy_uncertainty,\
+         dram0_energy_uncertainty"
     );
-    assert_eq!(rows[1].split(',').count(), 7);
+    let fields: Vec<&str> = rows[1].split(',').collect();
+    assert_eq!(fields.len(), 11);
+    for bound in &fields[7..] {
+        let b: f64 = bound.parse().unwrap();
+        assert!(b.is_finite() && b >= 0.0, "{bound}");
+    }
     let cancelled = {
         m.begin_window("x").unwrap();
         m.end_window("x", true, None).unwrap().measurement
@@ -175,8 +183,10 @@ fn cpu_only_monitor_measures_packages_and_logs_their_columns() {
     let r = m.end_window("w", false, None).unwrap().measurement;
     assert_eq!(r.dram_energy.unwrap().len(), 1);
     let header = std::fs::read_to_string(&log2).unwrap();
-    assert!(header
-        .starts_with("start_time,window_name,elapsed_time,cpu0_energy,dram0_energy,cpu1_energy\n"));
+    assert!(header.starts_with(
+        "start_time,window_name,elapsed_time,cpu0_energy,dram0_energy,cpu1_energy,\
+         cpu0_energy_uncertainty,dram0_energy_uncertainty,cpu1_energy_uncertainty\n"
+    ));
     // No GPU and no CPU is not a monitor.
     assert!(
         EnergyMonitor::with_cpus(gpus, Some(vec![]), None, None, None, ReadMode::Auto).is_err()

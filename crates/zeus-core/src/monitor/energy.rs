@@ -1465,13 +1465,16 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(300));
             dev.set_load(Load::Idle);
             let truth = dev.true_energy_j() - e0;
-            let got = m.end_window_with("w", false, None, exact).unwrap();
-            let got = got.measurement.energy[0].1;
+            let r = m.end_window_with("w", false, None, exact).unwrap();
+            let got = r.measurement.energy[0].1;
+            let bound = r.measurement.energy_bound[0].1;
             // Real clock on a shared machine: this checks the cache path is taken for both
-            // edges; the accuracy bound (3%) is the virtual-clock property test in sampler.rs.
+            // edges; the accuracy property (and bound coverage) is the virtual-clock test in
+            // sampler/tests.rs. A sampler starved by the machine may miss 10%, but then it
+            // must say so through a wider bound.
             assert!(
-                (got - truth).abs() < 0.10 * truth,
-                "exact={exact}: {got} vs {truth}"
+                (got - truth).abs() < (0.10 * truth).max(1.5 * bound),
+                "exact={exact}: {got} ± {bound} vs {truth}"
             );
         }
     }

@@ -84,6 +84,27 @@ pub(super) fn mismatch(pair: &ReadPair, grid: &Grid, sigma: f64) -> f64 {
     (e * e).min(9.0)
 }
 
+/// How well `grid` explains the steady pairs among `pairs` (the mean capped mismatch, as
+/// [`fit_grid`] scores), or `None` with too few steady pairs.
+pub fn grid_score(pairs: &[ReadPair], grid: &Grid, noise: f64) -> Option<f64> {
+    let calm: Vec<&ReadPair> = pairs.iter().filter(|p| p.weight >= 0.5).collect();
+    if calm.len() < 6 {
+        return None;
+    }
+    let total: f64 = calm
+        .iter()
+        .map(|p| {
+            let span = (p.next.1 - p.prev.0).abs();
+            let sigma = (2.0 * noise * span)
+                .max(p.next.1 - p.next.0)
+                .max(p.prev.1 - p.prev.0)
+                .max(0.001);
+            p.weight * mismatch(p, grid, sigma)
+        })
+        .sum();
+    Some(total / calm.iter().map(|p| p.weight).sum::<f64>())
+}
+
 /// The result of [`fit_grid`]: the best grid and how strongly the data prefer it.
 #[derive(Debug, Clone, Copy)]
 pub struct GridFit {
@@ -214,7 +235,7 @@ pub struct LagRead {
 }
 
 /// Find the lag in `[0, lag_max]` that best explains `reads` on `grid`, given `integral(a, b)`,
-/// the power model's energy over `[a, b]`.
+/// the power model's energy over `[a, b]` (not finite where the model does not know it).
 pub fn fit_lag(
     reads: &[LagRead],
     grid: &Grid,
@@ -227,17 +248,29 @@ pub fn fit_lag(
     let step = 0.001;
     let n = (lag_max / step).round() as usize + 1;
     let described = |r: &LagRead, lag: f64| grid.at_or_before((r.before + r.after) / 2.0) - lag;
+    let margin = grid.phase_err + 0.0005;
+    let straddles =
+        |r: &LagRead| grid.at_or_before(r.before - margin) != grid.at_or_before(r.after + margin);
     let scores: Vec<f64> = (0..n)
         .map(|k| {
             let lag = k as f64 * step;
             let mut total = 0.0;
             let mut count = 0.0;
             for w in reads.windows(2) {
+                // A read that straddles a publish may show either value: it says nothing here.
+                if w.iter().any(&straddles) {
+                    continue;
+                }
                 let (a, b) = (described(&w[0], lag), described(&w[1], lag));
                 if b <= a {
                     continue;
                 }
                 let predicted = integral(a, b);
+                // The model does not know the power there (a stretch between window edges
+                // that no reading saw): no word on the lag either.
+                if !predicted.is_finite() {
+                    continue;
+                }
                 let moved = w[1].joules - w[0].joules;
                 let scale = predicted.abs().max(moved.abs()).max(1e-3);
                 let e = (moved - predicted) / scale;
@@ -279,7 +312,7 @@ pub fn fit_lag(
     // And only where the model predicts the counter well at the best lag (a mean squared
     // relative miss under 2%): a load that moves between readings makes every lag fit badly,
     // and the best of bad fits says nothing about the board.
-    let informative = worst > sbest * 2.0 + 1e-4 && lag_err < 0.02 && sbest < 0.02;
+    let informative = worst > sbest * 2.0 + 1e-4 && lag_err < 0.012 && sbest < 0.005;
     let interior_best = scores[..n.saturating_sub(20)]
         .iter()
         .copied()

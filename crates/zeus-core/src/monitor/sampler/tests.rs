@@ -397,7 +397,7 @@ pub(super) fn measure(
     let warmup: f64 = std::env::var("WARMUP").map_or(1.5, |v| v.parse().unwrap());
     h.run_until(h.now() + warmup);
     // Load toggles for the random pattern, far enough ahead.
-    let total: f64 = windows.iter().map(|(g, l)| g + l).sum::<f64>() + 1.0;
+    let total: f64 = windows.iter().map(|(g, l)| g + l).sum::<f64>() + 4.0;
     let mut toggles = VecDeque::new();
     if let LoadPattern::Random(mean) = pattern {
         let mut t = h.now();
@@ -420,7 +420,14 @@ pub(super) fn measure(
         }
         h.run_until(target);
     };
+    // A random load runs a while before the first window: it is the board's load, not the
+    // windows' (the calibration has seen it, as it would have in a running job).
+    if let LoadPattern::Random(_) = pattern {
+        let t = h.now() + 3.0;
+        advance_to(h, t, &mut toggles);
+    }
     let mut open = Vec::new();
+    let mut edge_truth = Vec::new();
     for &(gap, len) in windows {
         let t = h.now() + gap;
         advance_to(h, t, &mut toggles);
@@ -462,6 +469,19 @@ pub(super) fn measure(
         if pattern == LoadPattern::EdgeSteps {
             h.dev.set_load(Load::Idle);
         }
+        if std::env::var("DEBUG_MISS").is_ok() && ((e_e - e_b) - at_end.joules).abs() > at_end.bound
+        {
+            h.w[0].with_track(|t| {
+                let (eb, ee) = (t.edge(b).unwrap(), t.edge(e).unwrap());
+                eprintln!(
+                    "MISS len {:.2}: begin err {:+.2} (sigma {:.2}, settled {}) end err {:+.2} (sigma {:.2}) bound {:.2} tau {:.3} steps {} lag_known {} mode {:?}",
+                    e - b,
+                    eb.joules - e_b, eb.sigma, eb.settled,
+                    ee.joules - e_e, ee.sigma,
+                    at_end.bound, t.tau, t.steps(), t.schedule().lag_known, t.mode()
+                );
+            });
+        }
         if std::env::var("DEBUG_LAG").is_ok() {
             h.w[0].with_track(|t| {
                 let s = t.schedule();
@@ -496,10 +516,35 @@ pub(super) fn measure(
                 )
             });
         }
+        edge_truth.push((b, e_b, e, e_e));
         open.push((b, e, e_e - e_b, at_end, d_e - d_b, user));
     }
     let end = h.now() + 1.0;
     advance_to(h, end, &mut toggles);
+    if std::env::var("DEBUG_SETTLED").is_ok() {
+        let offset = h.direct() - h.dev.true_energy_j();
+        for &(b, e_b, e, e_e) in &edge_truth {
+            h.w[0].with_track(|t| {
+                for a in t.anchors().iter().filter(|a| (a.t - e).abs() < 0.3) {
+                    eprintln!(
+                        "    final anchor {:.4} J {:.2} read_at {:.4} vs truth there {:+.2}",
+                        a.t,
+                        a.joules - offset,
+                        a.read_at,
+                        a.joules - h.dev.true_energy_at(a.t)
+                    );
+                }
+                eprintln!(
+                    "  settled b {:.4} {:+.2} e {:.4} {:+.2} (truth {:.2})",
+                    b,
+                    t.edge(b).unwrap().joules - offset - e_b,
+                    e,
+                    t.edge(e).unwrap().joules - offset - e_e,
+                    e_e
+                )
+            });
+        }
+    }
     open.into_iter()
         .map(|(b, e, truth, at_end, direct, user)| Outcome {
             len: e - b,
@@ -631,7 +676,8 @@ fn diagnose() {
         LoadPattern::EdgeSteps
     };
     let mut rng = Pcg64::seed_from_u64(3);
-    let mut h = Harness::new(spec, 1, std::env::var("STARVE").is_ok());
+    let seed = std::env::var("SEED").map_or(1, |v| v.parse().unwrap());
+    let mut h = Harness::new(spec, seed, std::env::var("STARVE").is_ok());
     let windows = match std::env::var("WINDOWS") {
         Ok(v) => v
             .split(';')
@@ -640,12 +686,18 @@ fn diagnose() {
                 (g.parse().unwrap(), l.parse().unwrap())
             })
             .collect(),
-        Err(_) => random_windows(&mut rng, 12, 0.2, 2.0),
+        Err(_) => random_windows(
+            &mut rng,
+            std::env::var("N").map_or(12, |v| v.parse().unwrap()),
+            0.2,
+            2.0,
+        ),
     };
     let out = measure(&mut h, &windows, pattern);
     h.w[0].with_track(|t| {
         eprintln!(
-            "schedule {:?}\nresiduals {:?}\nperiod {} noise {:.4} averaged {:?} mode {:?} {}",
+            "shift {:?} schedule {:?}\nresiduals {:?}\nperiod {} noise {:.4} averaged {:?} mode {:?} {}",
+            t.shift_beyond_range(),
             t.schedule(),
             t.residual_scales(),
             t.period(),
@@ -774,13 +826,423 @@ fn survey_boards() {
             .collect();
         let d: Vec<_> = out.iter().map(|o| (o.truth, o.direct, 0.0)).collect();
         let (a, s, d) = (stats(&o), stats(&st), stats(&d));
-        let (sched, tau, steps) = h.w[0].with_track(|t| (*t.schedule(), t.tau, t.steps()));
+        let (sched, tau, steps, res) =
+            h.w[0].with_track(|t| (*t.schedule(), t.tau, t.steps(), t.residual_scales()));
         eprintln!(
-            "{:5.3} {:5.3} {:5.3} {} bound {:.4} med {:.4} cov {:.2} {spec:?} lag {:.3}±{:.3} P {:.3} tau {tau:.3} steps {steps}",
+            "{:5.3} {:5.3} {:5.3} {} bound {:.4} med {:.4} cov {:.2} {spec:?} lag {:.3}±{:.3} P {:.3} tau {tau:.3} steps {steps} residuals {res:.3?}",
             a.mae, s.mae, d.mae,
             if a.mae > d.mae { "WORSE" } else { "     " },
             a.median_bound, a.median_err, a.covered,
             sched.lag, sched.lag_err, sched.grid.period
         );
     }
+}
+
+/// The acceptance figures on `boards` random boards (seeded) with the load stepping at window
+/// edges: windows that fail the accuracy rule (settled: 1% from 1 s, 3% below), and the
+/// coverage and usefulness of the bounds at the window's end and settled.
+struct BoardRun {
+    failures: Vec<String>,
+    at_end: Vec<(f64, f64, f64, f64)>,
+    settled: Vec<(f64, f64, f64, f64)>,
+}
+
+fn run_boards(seed: u64, boards: usize, starve: bool, lagging: bool) -> BoardRun {
+    run_boards_with(seed, boards, 10, starve, lagging)
+}
+
+fn run_boards_with(
+    seed: u64,
+    boards: usize,
+    per_board: usize,
+    starve: bool,
+    lagging: bool,
+) -> BoardRun {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let mut run = BoardRun {
+        failures: Vec::new(),
+        at_end: Vec::new(),
+        settled: Vec::new(),
+    };
+    let mut done = 0;
+    while done < boards {
+        let spec = BoardSpec::random(&mut rng);
+        let is_lagging = !spec.instant && spec.average_ms > 0.0;
+        if is_lagging != lagging {
+            continue;
+        }
+        done += 1;
+        let mut h = Harness::new(spec, seed * 1000 + done as u64, starve);
+        let windows = random_windows(&mut rng, per_board, 0.2, 3.0);
+        // Diagnostics: `ONLY_BOARD=k` measures the k-th board alone, and prints its windows.
+        let only = std::env::var("ONLY_BOARD")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok());
+        if only.is_some_and(|k| k != done) {
+            continue;
+        }
+        for o in measure(&mut h, &windows, LoadPattern::EdgeSteps) {
+            if only.is_some() {
+                eprintln!(
+                    "len {:.2} truth {:7.1} user {:7.1} ±{:5.1} ({:+.2}%) settled {:7.1} ±{:5.1} ({:+.2}%)",
+                    o.len, o.truth, o.user.joules, o.user.bound,
+                    100.0 * (o.user.joules - o.truth) / o.truth,
+                    o.settled.joules, o.settled.bound,
+                    100.0 * (o.settled.joules - o.truth) / o.truth
+                );
+            }
+            let rule = if o.len >= 1.0 { 0.01 } else { 0.03 };
+            let err = (o.settled.joules - o.truth).abs() / o.truth;
+            if err > rule {
+                run.failures.push(format!(
+                    "{spec:?} seed {} windows {windows:?}: {:.2} s window, settled {:.1} J vs {:.1} J ({:+.2}%)",
+                    seed * 1000 + done as u64,
+                    o.len,
+                    o.settled.joules,
+                    o.truth,
+                    100.0 * (o.settled.joules - o.truth) / o.truth
+                ));
+            }
+            run.at_end
+                .push((o.len, o.truth, o.user.joules, o.user.bound));
+            run.settled
+                .push((o.len, o.truth, o.settled.joules, o.settled.bound));
+        }
+    }
+    run
+}
+
+/// Coverage, median bound and median error (relative), and the median bound of windows of a
+/// second or more.
+fn bound_figures(v: &[(f64, f64, f64, f64)]) -> (f64, f64, f64, f64) {
+    let covered = v.iter().filter(|(_, t, e, b)| (e - t).abs() <= *b).count() as f64;
+    let median = |mut x: Vec<f64>| {
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let bounds = median(v.iter().map(|(_, t, _, b)| b / t).collect());
+    let errs = median(v.iter().map(|(_, t, e, _)| (e - t).abs() / t).collect());
+    let long = median(
+        v.iter()
+            .filter(|(l, ..)| *l >= 1.0)
+            .map(|(_, t, _, b)| b / t)
+            .collect(),
+    );
+    (covered / v.len() as f64, bounds, errs, long)
+}
+
+#[test]
+#[ignore]
+fn survey_acceptance() {
+    let configs = if std::env::var("FIRST").is_ok() {
+        vec![(false, false)]
+    } else {
+        vec![(false, false), (true, false), (false, true)]
+    };
+    for (starve, lagging) in configs {
+        let run = run_boards(5, 24, starve, lagging);
+        eprintln!(
+            "starve {starve} lagging {lagging}: {} failures",
+            run.failures.len()
+        );
+        for k in 0..10 {
+            let mut b: Vec<f64> = run
+                .at_end
+                .iter()
+                .skip(k)
+                .step_by(10)
+                .map(|(_, t, _, b)| b / t)
+                .collect();
+            b.sort_by(f64::total_cmp);
+            eprintln!("  window {k}: median at_end bound {:.4}", b[b.len() / 2]);
+        }
+        let mut j: Vec<f64> = run.at_end.iter().map(|(_, _, _, b)| *b).collect();
+        j.sort_by(f64::total_cmp);
+        let mut e: Vec<f64> = run
+            .at_end
+            .iter()
+            .map(|(_, t, g, _)| (g - t).abs())
+            .collect();
+        e.sort_by(f64::total_cmp);
+        eprintln!(
+            "  at_end bound J p25 {:.2} p50 {:.2} p75 {:.2}; error J p50 {:.3} p90 {:.3} p99 {:.3}",
+            j[j.len() / 4],
+            j[j.len() / 2],
+            j[3 * j.len() / 4],
+            e[e.len() / 2],
+            e[9 * e.len() / 10],
+            e[99 * e.len() / 100]
+        );
+        for f in run.failures.iter().take(8) {
+            eprintln!("  {f}");
+        }
+        eprintln!(
+            "  at_end  (cov, bound, err, long) {:?}",
+            bound_figures(&run.at_end)
+        );
+        eprintln!(
+            "  settled (cov, bound, err, long) {:?}",
+            bound_figures(&run.settled)
+        );
+    }
+}
+
+// ---- acceptance ------------------------------------------------------------------------------
+
+/// Windows of 0.2-3 s on random boards (update periods 10-200 ms, counters on the power grid
+/// or their own, lags 0-80 ms, noise 0-5%, with and without instant power), the load stepping
+/// at the window edges: settled windows meet the accuracy rule (1% from 1 s, 3% below) but
+/// for a rare one, the bounds cover at least 95% of windows at their end and settled, and stay
+/// useful: a median at most the larger of 4x the median error and 0.5% of the energy, and
+/// under 5% for windows of a second or more.
+fn check_random_boards(seed: u64, starve: bool) {
+    // 16 boards, 20 windows each: a job measures many windows, and the first few on a board
+    // are made before the calibration is done (their bounds are wide).
+    let run = run_boards_with(seed, 16, 20, starve, false);
+    let n = run.settled.len();
+    assert!(
+        run.failures.len() * 100 <= 2 * n,
+        "{} of {n} windows miss the accuracy rule:\n{}",
+        run.failures.len(),
+        run.failures.join("\n")
+    );
+    for (what, v) in [("at end", &run.at_end), ("settled", &run.settled)] {
+        let (covered, bound, err, long) = bound_figures(v);
+        assert!(
+            covered >= 0.95,
+            "{what}: the bound covers {covered:.3} of windows"
+        );
+        // A starved sampler may widen its bounds instead (they still cover); long windows'
+        // bounds stay useful either way.
+        assert!(
+            starve || bound <= (4.0 * err).max(0.005),
+            "{what}: median bound {bound:.4} of the energy, median error {err:.5}"
+        );
+        assert!(
+            long < 0.05,
+            "{what}: median bound of long windows {long:.4}"
+        );
+    }
+}
+
+#[test]
+fn windows_on_random_boards_are_accurate_and_their_bounds_cover_and_stay_useful() {
+    check_random_boards(5, false);
+}
+
+#[test]
+fn a_starved_sampler_keeps_the_figures_or_widens_its_bounds() {
+    check_random_boards(6, true);
+}
+
+/// Faults of 0.3, 2 and 10 s on counter reads, power reads or both, at random moments of a
+/// run of windows (the load stepping at their edges): sampling resumes, windows after the
+/// fault meet the accuracy rule, and a window spanning it is within its bound, marked degraded
+/// where readings were missing inside it.
+#[test]
+fn through_faults_sampling_resumes_and_spanning_windows_stay_within_their_bounds() {
+    use crate::device::error::nvml_code;
+    use crate::device::sim::board::calls;
+    let mut rng = Pcg64::seed_from_u64(17);
+    for (k, (seconds, which)) in [0.3, 2.0, 10.0]
+        .into_iter()
+        .flat_map(|s| {
+            [
+                (s, calls::ENERGY),
+                (s, calls::POWER),
+                (s, calls::ENERGY | calls::POWER),
+            ]
+        })
+        .enumerate()
+    {
+        let mut h = Harness::new(BoardSpec::h100(), 300 + k as u64, false);
+        h.run_until(h.now() + 1.5);
+        // A window that spans the fault, the fault at a random moment inside it.
+        let b = h.now();
+        let e_b = h.dev.true_energy_j();
+        h.w[0].with_track(|t| t.add_hint(b));
+        h.dev.set_load(Load::Busy);
+        let start = b + rng.random_range(0.2..0.8);
+        h.run_until(start);
+        h.dev.inject_fault(crate::device::sim::Fault {
+            calls: which,
+            from: start,
+            until: start + seconds,
+            code: nvml_code::GPU_IS_LOST,
+        });
+        h.run_until(start + seconds / 2.0);
+        // Meanwhile the GPU is seen to fail (and is not reported gone before it is).
+        assert!(
+            h.w[0].error().is_some(),
+            "{seconds} s, calls {which}: the fault shows"
+        );
+        // A window ending inside the fault: within its bound, and degraded where neither the
+        // counter nor the power readings saw its end.
+        let mid = h.now();
+        let truth_mid = h.dev.true_energy_j() - e_b;
+        let inside = h.w[0].with_track(|t| t.window(b, mid, false)).unwrap();
+        assert!(
+            (inside.joules - truth_mid).abs() <= inside.bound,
+            "{seconds} s, calls {which}: window ending in the fault {inside:?} vs {truth_mid} J"
+        );
+        if which == calls::ENERGY | calls::POWER {
+            assert!(inside.degraded, "{seconds} s, calls {which}: {inside:?}");
+        }
+        let after = start + seconds + rng.random_range(0.2..0.6);
+        h.run_until(after);
+        assert!(
+            h.w[0].error().is_none(),
+            "{seconds} s, calls {which}: recovered"
+        );
+        let e = h.now();
+        let truth = h.dev.true_energy_j() - e_b;
+        h.w[0].with_track(|t| t.add_hint(e));
+        h.dev.set_load(Load::Idle);
+        h.run_until(e + 1.0);
+        let span = h.w[0].with_track(|t| t.window_estimate(b, e)).unwrap();
+        if std::env::var("DEBUG_FAULT").is_ok() {
+            h.w[0].with_track(|t| {
+                let off = t.edge(b).unwrap().joules - e_b;
+                eprintln!("edge e err {:+.2} (b as reference); e {e:.3} fault {start:.3}..{:.3} steps {} res {:?} tau {}", t.edge(e).unwrap().joules - off - (truth + e_b), start + seconds, t.steps(), t.residual_scales(), t.tau);
+                for a in t.anchors().iter().filter(|a| a.t > start - 0.3 && a.t < e + 0.3) {
+                    eprintln!("  anchor {:.4} J {:.2} vs truth {:+.2} read_at {:.4} t_err {:.4}", a.t, a.joules - off, a.joules - off - h.dev.true_energy_at(a.t), a.read_at, a.t_err);
+                }
+            });
+        }
+        // Spanning it: the counter kept counting, so its difference holds the energy.
+        assert!(
+            (span.joules - truth).abs() <= span.bound,
+            "{seconds} s, calls {which}: spanning window {} ± {} J vs {truth} J",
+            span.joules,
+            span.bound
+        );
+        assert!(
+            (span.joules - truth).abs() <= 0.01 * truth,
+            "{seconds} s, calls {which}: spanning window {span:?} vs {truth} J"
+        );
+        // Windows after the fault: as if there had been none.
+        for (len, gap) in [(0.3, 0.2), (1.2, 0.3)] {
+            let o = measure_one(&mut h, gap, len);
+            let rule = if len >= 1.0 { 0.01 } else { 0.03 };
+            assert!(
+                (o.settled.joules - o.truth).abs() <= rule * o.truth,
+                "{seconds} s, calls {which}: after the fault {o:?}"
+            );
+            assert!(!o.settled.degraded);
+        }
+    }
+}
+
+/// One window after a gap, the load stepping at its edges, settled a second later.
+fn measure_one(h: &mut Harness, gap: f64, len: f64) -> Outcome {
+    let b = h.now() + gap;
+    h.run_until(b);
+    let e_b = h.dev.true_energy_j();
+    h.w[0].with_track(|t| t.add_hint(b));
+    h.dev.set_load(Load::Busy);
+    h.run_until(b + len);
+    let e = h.now();
+    let truth = h.dev.true_energy_j() - e_b;
+    let at_end = h.w[0].with_track(|t| t.window(b, e, true)).unwrap();
+    h.dev.set_load(Load::Idle);
+    h.run_until(e + 1.0);
+    let settled = h.w[0].with_track(|t| t.window_estimate(b, e)).unwrap();
+    Outcome {
+        len: e - b,
+        truth,
+        user: at_end,
+        at_end,
+        settled,
+        direct: 0.0,
+    }
+}
+
+/// The counter resets inside a window (as a driver reload does): no negative energy, and the
+/// window is right within its bound (marked degraded: the epochs are joined by the model).
+#[test]
+fn a_counter_reset_inside_a_window_counts_no_negative_energy() {
+    for when in [0.3, 0.75, 1.1] {
+        let mut h = Harness::new(BoardSpec::h100(), 40, false);
+        h.run_until(h.now() + 1.5);
+        let b = h.now();
+        let e_b = h.dev.true_energy_j();
+        h.w[0].with_track(|t| t.add_hint(b));
+        h.dev.set_load(Load::Busy);
+        h.run_until(b + when);
+        h.dev.reset_counter();
+        h.run_until(b + 1.5);
+        let e = h.now();
+        let truth = h.dev.true_energy_j() - e_b;
+        h.w[0].with_track(|t| t.add_hint(e));
+        h.dev.set_load(Load::Idle);
+        h.run_until(e + 1.0);
+        let w = h.w[0].with_track(|t| t.window_estimate(b, e)).unwrap();
+        assert!(w.joules > 0.0);
+        assert!(
+            (w.joules - truth).abs() <= w.bound,
+            "reset at {when} s: {} ± {} J vs {truth} J",
+            w.joules,
+            w.bound
+        );
+        assert!(w.degraded, "a window across a reset is degraded: {w:?}");
+        assert!(
+            w.bound < 0.05 * truth,
+            "the bound stays useful: {w:?} vs {truth}"
+        );
+        // Later windows are on the joined scale, exact as before.
+        let o = measure_one(&mut h, 0.2, 1.0);
+        assert!(
+            (o.settled.joules - o.truth).abs() <= 0.01 * o.truth,
+            "{o:?}"
+        );
+    }
+}
+
+/// A board whose counter lags longer than the calibration searches: the sampler says so and
+/// leaves the cache for direct reads, whose bound covers their staleness.
+#[test]
+fn a_lag_beyond_the_search_range_switches_to_direct_reads() {
+    let spec = BoardSpec {
+        lag_ms: 400.0,
+        ..BoardSpec::h100()
+    };
+    let mut h = Harness::new(spec, 50, false);
+    let mut rng = Pcg64::seed_from_u64(50);
+    let windows = random_windows(&mut rng, 12, 0.3, 1.5);
+    let out = measure(&mut h, &windows, LoadPattern::EdgeSteps);
+    let (mode, reason) = h.w[0].with_track(|t| (t.mode(), t.mode_reason().to_string()));
+    assert_eq!(mode, Mode::Direct, "{reason}");
+    assert!(reason.contains("lags"), "{reason}");
+    for o in out.iter().skip(6) {
+        assert!(
+            (o.user.joules - o.truth).abs() <= o.user.bound,
+            "{o:?} ({reason})"
+        );
+    }
+}
+
+/// A counter that stands still while the power readings say the board draws power (MI100's
+/// frozen counter): power integration instead, within its bound.
+#[test]
+fn a_frozen_counter_switches_to_power_integration() {
+    let mut h = Harness::new(BoardSpec::h100(), 60, false);
+    h.run_until(h.now() + 1.5);
+    // Freeze: every later counter read shows the energy of now.
+    h.dev.freeze_counter();
+    let o = measure_one(&mut h, 0.2, 1.0);
+    let o2 = measure_one(&mut h, 0.2, 1.0);
+    let (mode, reason) = h.w[0].with_track(|t| (t.mode(), t.mode_reason().to_string()));
+    assert_eq!(mode, Mode::Power, "{reason}");
+    let p = h.w[0]
+        .with_track(|t| {
+            let e = h.now() - 1.0;
+            t.power_window(e - o2.len, e)
+        })
+        .unwrap();
+    assert!(
+        (p.joules - o2.truth).abs() <= p.bound,
+        "{p:?} vs {}",
+        o2.truth
+    );
+    let _ = o;
 }

@@ -55,6 +55,10 @@ const LOOK_LATE: f64 = 0.010;
 const HINT_TOLERANCE: f64 = 2.0 * POLL_STEP;
 /// The longest counter lag the calibration searches.
 pub const LAG_MAX: f64 = 0.100;
+
+/// The longest lag the counter's steps at window edges may show (s); one there or beyond is
+/// outside what the sampler calibrates.
+const STEP_LAG_MAX: f64 = 2.0 * LAG_MAX;
 /// Until the calibration has a schedule, the counter is taken to describe the power updates
 /// and show each this long after it (as measured on an H100 with driver 580: 10-25 ms), give or
 /// take as much: the first windows are then as good as on that board, and the calibration
@@ -93,6 +97,8 @@ pub struct Anchor {
     pub offset_sigma: f64,
     /// The counter's own value (J), before joining epochs.
     pub raw: f64,
+    /// When the read that gave it ended (which read it came from).
+    pub read_at: f64,
 }
 
 /// One counter read as it happened.
@@ -101,6 +107,8 @@ struct Read {
     before: f64,
     after: f64,
     mj: u64,
+    /// Made at a dithered moment (which may fall on a publish), not just after one.
+    dithered: bool,
 }
 
 /// How the sampler reads a GPU now.
@@ -211,6 +219,8 @@ pub struct Track {
     reads_since_fit: u32,
     /// Dither sequence position for read timing.
     dither: u32,
+    /// Whether the read now due is a dithered one.
+    read_dithered: bool,
     /// Seconds one counter read costs (moving average).
     read_cost: f64,
     /// Minimum seconds between counter reads (the CPU budget).
@@ -226,10 +236,19 @@ pub struct Track {
     hinted: VecDeque<Residual>,
     /// ... and the same intervals with the edges ignored (the bridge).
     hinted_bridge: VecDeque<Residual>,
+    /// Hinted intervals `(a, b, moved)` whose shapes are scored once a reading passes them.
+    pending_shapes: VecDeque<(f64, f64, f64)>,
+    /// Lag fits in a row where no lag in the range explained the counter across edges.
+    lag_misfits: u32,
+    /// The lag measured beyond the range (s; 0 until one is), for the staleness of direct
+    /// reads.
+    lag_beyond: f64,
     /// Correlation time of the load (s; infinite for a load that holds longer than we look).
     pub(super) tau: f64,
     /// The load's recent mean power (W): the guess for unknown levels.
     pub(super) level_guess: f64,
+    /// The load's recent variance beyond the readings' noise (W²).
+    load_var: f64,
     /// Extrapolated window ends waiting for the counter: (time, estimate J, seconds past the
     /// last anchor, power scale W).
     pending_ends: VecDeque<(f64, f64, f64, f64)>,
@@ -316,6 +335,7 @@ impl Track {
             read_due: Some(now),
             reads_since_fit: 0,
             dither: 0,
+            read_dithered: true,
             read_cost: 0.0,
             read_spacing: 0.0,
             schedule: Schedule {
@@ -336,8 +356,12 @@ impl Track {
             plain: VecDeque::new(),
             hinted: VecDeque::new(),
             hinted_bridge: VecDeque::new(),
+            pending_shapes: VecDeque::new(),
+            lag_misfits: 0,
+            lag_beyond: 0.0,
             tau: f64::INFINITY,
             level_guess: 0.0,
+            load_var: 0.0,
             pending_ends: VecDeque::new(),
             end_errors: VecDeque::new(),
             noise: 0.01,
@@ -715,7 +739,7 @@ impl Track {
         if tick.seen && self.locked {
             self.refine_period();
         }
-        if self.ticks.len() % 8 == 0 {
+        if self.ticks.len() % 4 == 0 {
             self.learn_load();
         }
         let horizon = tick.t - HISTORY_S;
@@ -800,6 +824,7 @@ impl Track {
                 before,
                 after,
                 mj: millijoules,
+                dithered: self.read_dithered,
             },
             MAX_READS,
         );
@@ -818,6 +843,7 @@ impl Track {
                 self.plain.clear();
                 self.hinted.clear();
                 self.hinted_bridge.clear();
+                self.pending_shapes.clear();
                 self.end_errors.clear();
                 self.pending_ends.clear();
             }
@@ -848,6 +874,7 @@ impl Track {
         } else {
             self.dither % 2 == 0 || !self.locked
         };
+        self.read_dithered = dithered;
         let due = if dithered {
             earliest + golden * g.period.max(self.period)
         } else {
@@ -908,10 +935,17 @@ impl Track {
     fn refit(&mut self) {
         let pairs = self.read_pairs();
         let fitted_grid = fit::fit_grid(&pairs, self.period, self.noise);
-        if std::env::var("ZEUS_DEBUG_FIT").is_ok() {
-            eprintln!("fit {:?} was {:?}", fitted_grid, self.schedule.grid);
-        }
-        if let Some(g) = fitted_grid {
+        // A fitted grid stays while it explains the recent steady pairs within about one
+        // miscount of the best: with few steady pairs (a load that keeps stepping) the best
+        // phase wobbles by milliseconds from fit to fit, and reads placed just after a publish
+        // would then fall on the wrong side of it.
+        let current = fit::grid_score(&pairs, &self.schedule.grid, self.noise);
+        let keep = |g: &fit::GridFit| {
+            self.schedule.fitted
+                && (g.grid.period - self.schedule.grid.period).abs() < 1e-9
+                && current.is_some_and(|c| c <= g.score + 2.0 / g.evidence)
+        };
+        if let Some(g) = fitted_grid.filter(|g| !keep(g)) {
             // Accept a grid once the phases that fit are a small part of the period.
             if g.grid.phase_err < g.grid.period / 4.0 && g.score < 2.0 {
                 let was = self.schedule.grid;
@@ -925,6 +959,13 @@ impl Track {
                 }
                 self.schedule.fitted = true;
             }
+        }
+        if let Some(shift) = self.shift_beyond_range() {
+            // The counter follows the readings later than any lag the sampler calibrates:
+            // measured, but outside what the cache's model handles.
+            self.lag_beyond = self.schedule.lag + shift;
+            self.schedule.lag_beyond_range = true;
+            return;
         }
         if !self.schedule.fitted {
             return;
@@ -958,10 +999,28 @@ impl Track {
             .rposition(|w| w[1].joules < w[0].joules)
             .map_or(0, |k| k + 1);
         let grid = self.schedule.grid;
+        // Stretches the model only guesses at would pull the lag to wherever it hides the
+        // guess's miss: pairs of reads across them say nothing about the lag.
+        let unknown = self.unknown_stretches();
         let fitted = fit::fit_lag(&reads[from..], &grid, LAG_MAX, &|a, b| {
-            self.model(a, b, None).0
+            if unknown.iter().any(|&(x, y)| x < b && y > a) {
+                f64::NAN
+            } else {
+                self.model(a, b, None).0
+            }
         });
+        let edges_seen = reads
+            .get(from)
+            .is_some_and(|r0| self.hints.iter().any(|&h| h > r0.before));
         if let Some(l) = fitted {
+            // No lag in the range explains the counter where the load stepped, again and
+            // again: the board's lag is outside what the sampler calibrates.
+            let best = l.scores.iter().copied().fold(f64::INFINITY, f64::min);
+            if l.informative {
+                self.lag_misfits = 0;
+            } else if edges_seen && best > 0.1 {
+                self.lag_misfits += 1;
+            }
             // A counter on the power grid most likely describes the power updates, as on the
             // measured H100: that lag stands unless the data reject it.
             let on_grid = (self.schedule.grid.period - self.period).abs() < 1e-6;
@@ -981,9 +1040,28 @@ impl Track {
                 self.schedule.lag_err = l.lag_err.max(0.001);
                 self.schedule.lag_known = true;
                 self.schedule.lag_beyond_range = l.beyond_range;
+            } else if let Some((lag, err)) = self
+                .lag_from_steps()
+                .filter(|&(lag, e)| e < 0.01 && lag < STEP_LAG_MAX)
+            {
+                // The model cannot tell the lag (sparse power samples, a load that moves between
+                // them), but the counter's steps across the window edges can.
+                self.schedule.lag = lag;
+                self.schedule.lag_err = err;
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = false;
+                self.lag_misfits = 0;
+            } else if self.lag_misfits >= 3 {
+                self.schedule.lag_beyond_range = true;
             } else if !self.schedule.lag_known {
-                self.schedule.lag = self.on_grid_lag();
-                self.schedule.lag_err = LAG_MAX / 2.0;
+                self.schedule.lag = grid_lag;
+                // On the power grid the guess is the grid's own phase, known as well as the
+                // grid is; off it, any lag in the range.
+                self.schedule.lag_err = if on_grid {
+                    self.schedule.grid.phase_err.max(0.005)
+                } else {
+                    LAG_MAX / 2.0
+                };
             }
         }
         if self.average_only {
@@ -1063,7 +1141,56 @@ impl Track {
         let spread = 1.5 * dev[dev.len() / 2] + 0.002;
         // The step shows `median` late on the anchors' axis: the lag is that much longer.
         let lag = self.schedule.lag + median;
-        Some((lag.clamp(0.0, 2.0 * LAG_MAX), spread))
+        Some((lag.clamp(0.0, STEP_LAG_MAX), spread))
+    }
+
+    /// How much later than the lag in use the counter follows the power readings, where that
+    /// is beyond the calibrated range: the delay (s, up to a second) that best lines the
+    /// counter's interval means (between the last anchors) up with the readings' integral,
+    /// when it explains them far better than any delay within the range. `None` while the load
+    /// held too steady to tell, for lagging averages (whose readings trail the load
+    /// themselves), and when a delay in the range does about as well.
+    pub(super) fn shift_beyond_range(&self) -> Option<f64> {
+        if self.averaged.is_some() {
+            return None;
+        }
+        let oldest = self.ticks.front()?.t;
+        let span = 1.0;
+        let n = self.anchors.len();
+        let pairs: Vec<(f64, f64, f64)> = (n.saturating_sub(FIT_READS).max(1)..n)
+            .map(|j| (self.anchors[j - 1], self.anchors[j]))
+            .filter(|(a, b)| a.offset_sigma == b.offset_sigma && b.t > a.t && a.t - span > oldest)
+            .map(|(a, b)| (a.t, b.t, (b.joules - a.joules) / (b.t - a.t)))
+            .collect();
+        if pairs.len() < 12 {
+            return None;
+        }
+        let mean = pairs.iter().map(|p| p.2).sum::<f64>() / pairs.len() as f64;
+        let spread: f64 = pairs.iter().map(|p| (p.2 - mean).powi(2)).sum();
+        if spread < 1e-6 || spread / (pairs.len() as f64) < (0.1 * mean).powi(2) {
+            return None;
+        }
+        let score = |shift: f64| -> f64 {
+            pairs
+                .iter()
+                .map(|&(a, b, r)| (r - self.raw_integral(a - shift, b - shift) / (b - a)).powi(2))
+                .sum::<f64>()
+                / spread
+        };
+        let steps = (span / 0.01).round() as usize;
+        let scores: Vec<f64> = (0..=steps).map(|k| score(k as f64 * 0.01)).collect();
+        let in_range = (LAG_MAX / 0.01).round() as usize + 2;
+        let (k_best, best) = scores
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let best_in_range = scores[..=in_range.min(steps)]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        (k_best > in_range && best < 0.25 * best_in_range && best < 0.3)
+            .then_some(k_best as f64 * 0.01)
     }
 
     /// The lag that makes the counter describe the power updates (its grid's publishes minus
@@ -1081,7 +1208,13 @@ impl Track {
     /// straddles a publish.
     fn candidates(&self, r: &Read) -> (f64, Option<f64>) {
         let g = self.schedule.grid;
-        let pe = g.phase_err;
+        // A dithered read may fall anywhere, on a publish too: within a few times the fit's own
+        // phase error, or 5 ms, of one it is unsure, and settled by its value.
+        let pe = if r.dithered {
+            (3.0 * g.phase_err).max(0.005).min(g.period / 3.0)
+        } else {
+            g.phase_err
+        };
         let lo = g.at_or_before(r.before - pe);
         let hi = g.at_or_before(r.after + pe);
         let lag = self.schedule.lag;
@@ -1092,11 +1225,33 @@ impl Track {
         }
     }
 
+    /// Attribute again the reads the fit looked at, under the new schedule. Older anchors
+    /// stay: they were placed, and checked, when their values arrived, and a schedule refitted
+    /// on recent reads (whose phase may wobble by a few milliseconds) has no better word on
+    /// them. The self-check's residuals stay too, for the same reason.
     fn rebuild_anchors(&mut self) {
-        // The self-check's residuals stay: they were scored when their values arrived, which
-        // is what the check is about; only the anchors are attributed again.
-        self.anchors.clear();
-        let reads: Vec<Read> = self.reads.iter().copied().collect();
+        let n = self.reads.len();
+        let from = n.saturating_sub(FIT_READS);
+        let Some(first) = self.reads.get(from).copied() else {
+            return;
+        };
+        while self
+            .anchors
+            .back()
+            .is_some_and(|a| a.read_at >= first.after)
+        {
+            self.anchors.pop_back();
+        }
+        // The older anchors were placed by the old schedule: one that the new schedule puts
+        // about as late as the first read it re-attributes (a lag moved by most of a period)
+        // would make that read look like a jump the board cannot draw. Drop those too; their
+        // reads are older than what the new schedule describes.
+        let (x_first, _) = self.candidates(&first);
+        let half = self.schedule.grid.period / 2.0;
+        while self.anchors.len() > 1 && self.anchors.back().is_some_and(|a| a.t > x_first - half) {
+            self.anchors.pop_back();
+        }
+        let reads: Vec<Read> = self.reads.iter().skip(from).copied().collect();
         for r in reads {
             self.attribute_next(r, false);
         }
@@ -1122,6 +1277,7 @@ impl Track {
                 t_err: t_err_sched + x_old.map_or(0.0, |o| x_new - o),
                 offset_sigma: 0.0,
                 raw: value,
+                read_at: r.after,
             });
             return;
         };
@@ -1179,6 +1335,7 @@ impl Track {
             t_err,
             offset_sigma,
             raw: value,
+            read_at: r.after,
         });
     }
 
@@ -1205,41 +1362,24 @@ impl Track {
             let scale = pred.abs().max(moved.abs()).max(self.resolution_j * 4.0);
             (moved - pred) / scale
         };
-        let (_, calm) = self.power_stats(a - 2.0 * self.period, b + self.period, 4);
+        // Steady for the self-check: eight readings alike, over half a second at least (a load
+        // that moves between readings rarely leaves that many alike).
+        let span_before = (0.5 - (b - a)).max(2.0 * self.period);
+        let (_, calm) = self.power_stats(a - span_before, b + self.period, 8);
         let hinted = self.hints.iter().any(|&h| h > a && h < b);
-        if std::env::var("ZEUS_DEBUG_RESIDUALS").is_ok() {
-            eprintln!(
-                "residual a {a:.4} b {b:.4} moved {moved:.3} pred {pred:.3} rel {:.4} hinted {hinted} calm {calm}",
-                rel(pred)
-            );
-        }
         let res = Residual {
             rel: rel(pred),
             calm: calm && !hinted,
         };
+        self.score_shapes();
         if hinted && self.averaged.is_some() {
             // Lagging averages cannot predict the level after an edge; the check for these
             // intervals is made once the next one is known (`check_split`).
         } else if hinted {
-            // Both shapes predict every interval with window edges, so the better one is used.
-            let step = self.model_with(a, b, None, true).0;
-            let bridge = self.model_with(a, b, None, false).0;
-            push_bounded(
-                &mut self.hinted,
-                Residual {
-                    rel: rel(step),
-                    calm: false,
-                },
-                RESIDUALS,
-            );
-            push_bounded(
-                &mut self.hinted_bridge,
-                Residual {
-                    rel: rel(bridge),
-                    calm: false,
-                },
-                RESIDUALS,
-            );
+            // Both shapes are scored on every interval with window edges, so that the better
+            // one is used; once a power reading past the interval is in (before it, both
+            // would extrapolate the level after the edge and say nothing of their shapes).
+            push_bounded(&mut self.pending_shapes, (a, b, moved), 16);
         } else {
             push_bounded(&mut self.plain, res, RESIDUALS);
         }
@@ -1263,6 +1403,34 @@ impl Track {
             }
         }
         res
+    }
+
+    /// Score the step and bridge shapes on the hinted intervals that a power reading has
+    /// since passed.
+    fn score_shapes(&mut self) {
+        let Some(seen) = self.ticks.iter().rev().find(|k| k.seen).map(|k| k.t) else {
+            return;
+        };
+        while let Some(&(a, b, moved)) = self.pending_shapes.front() {
+            if b >= seen {
+                break;
+            }
+            self.pending_shapes.pop_front();
+            let step = self.model_with(a, b, None, true).0;
+            let bridge = self.model_with(a, b, None, false).0;
+            let floor = self.resolution_j * 4.0;
+            for (q, pred) in [(&mut self.hinted, step), (&mut self.hinted_bridge, bridge)] {
+                let scale = pred.abs().max(moved.abs()).max(floor);
+                push_bounded(
+                    q,
+                    Residual {
+                        rel: (moved - pred) / scale,
+                        calm: false,
+                    },
+                    RESIDUALS,
+                );
+            }
+        }
     }
 
     /// Where the model's levels come from the counter (lagging averages): the interval before
@@ -1386,9 +1554,10 @@ impl Track {
             (
                 Mode::Direct,
                 format!(
-                    "its energy counter lags its updates by more than the {:.0} ms the sampler \
-                     calibrates",
-                    LAG_MAX * 1000.0
+                    "its energy counter lags its updates by more than the sampler calibrates \
+                     ({:.0} ms from the power readings, {:.0} ms from window edges)",
+                    LAG_MAX * 1000.0,
+                    STEP_LAG_MAX * 1000.0
                 ),
             )
         } else if misfit || (self.mode == Mode::Direct && !fits_again) {
@@ -1420,8 +1589,9 @@ impl Track {
         let floor = (self.noise * 0.5).max(0.003);
         match rms(q, false) {
             Some(r) => r.max(floor),
+            // Before intervals with window edges have been checked: twice what the others do.
             None => match rms(&self.plain, false) {
-                Some(r) => r.max(floor).max(0.02),
+                Some(r) => (2.0 * r).max(floor).max(0.01),
                 None => 0.05,
             },
         }
@@ -1549,6 +1719,37 @@ impl Track {
         Some(((b.joules - a.joules) / (b.t - a.t).max(1e-6)).max(0.0))
     }
 
+    /// The counter's mean power (W) over the anchors that lie within `[a, b]`, where at least
+    /// two do.
+    fn mean_within(&self, a: f64, b: f64) -> Option<f64> {
+        let i = self.anchors.partition_point(|x| x.t < a);
+        let j = self.anchors.partition_point(|x| x.t <= b);
+        if j < i + 2 {
+            return None;
+        }
+        let (x, y) = (self.anchors[i], self.anchors[j - 1]);
+        if x.offset_sigma != y.offset_sigma {
+            return None;
+        }
+        Some(((y.joules - x.joules) / (y.t - x.t).max(1e-6)).max(0.0))
+    }
+
+    /// Where the model's power is a guess with nothing behind it: faults, and stretches
+    /// between two window edges in one interval of the power readings that the counter did
+    /// not resolve either.
+    fn unknown_stretches(&self) -> Vec<(f64, f64)> {
+        let mut out: Vec<(f64, f64)> = self.gaps.iter().copied().collect();
+        for pair in self.hints.iter().zip(self.hints.iter().skip(1)) {
+            let (&h0, &h1) = pair;
+            let ticks_between = self.ticks.partition_point(|k| k.t < h1)
+                - self.ticks.partition_point(|k| k.t <= h0);
+            if ticks_between == 0 && self.mean_within(h0, h1).is_none() {
+                out.push((h0, h1));
+            }
+        }
+        out
+    }
+
     /// The power at `t` from the counter alone: the mean of its interval around `t`; where a
     /// window edge lies in that interval (the load stepped there), the mean of the interval
     /// before for moments before the edge and of the one after for moments after it.
@@ -1637,12 +1838,13 @@ impl Track {
             shape: Shape::Ramp { w0: wa, w1: wa },
         });
         if last > first {
+            // The stretch between edges had no power reading; the counter may have measured
+            // it whole (a short gap between windows on a fast counter).
+            let guess = self.mean_within(first, last).unwrap_or((wa + wb) / 2.0);
             out.push(Piece {
                 t0: first,
                 t1: last,
-                shape: Shape::Free {
-                    guess: (wa + wb) / 2.0,
-                },
+                shape: Shape::Free { guess },
             });
         }
         out.push(Piece {
@@ -1770,7 +1972,7 @@ impl Track {
         if n < 12 {
             return;
         }
-        let k0 = n.saturating_sub(128);
+        let k0 = n.saturating_sub(64);
         let w: Vec<f64> = (k0..n).map(|k| self.tick_power(k)).collect();
         let mean = w.iter().sum::<f64>() / w.len() as f64;
         let var = w.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / w.len() as f64;
@@ -1778,6 +1980,7 @@ impl Track {
         self.level_guess = recent.iter().sum::<f64>() / recent.len() as f64;
         // Readings' own noise is not load: below twice its variance the load is steady.
         let noise_var = (self.noise * mean).powi(2);
+        self.load_var = (var - noise_var).max(0.0);
         if var <= 2.0 * noise_var + 1e-9 {
             self.tau = f64::INFINITY;
             return;
@@ -1790,7 +1993,7 @@ impl Track {
             .windows(2)
             .filter(|p| (p[1] - p[0]).abs() > step_tol)
             .count();
-        if moves < 6 {
+        if moves < 4 {
             self.tau = f64::INFINITY;
             return;
         }
@@ -1864,10 +2067,23 @@ impl Track {
             // is itself off by what interpolation inside a counter interval is: both count.
             let hinted = self.hints.iter().any(|&h| h > a.t - HINT_TOLERANCE);
             let interval = self.power_near(t) * self.schedule.grid.period.max(self.period);
-            let shape = self.residual_scale(hinted) * interval;
+            // (Where in its counter interval the end will fall is not known yet: the shape's
+            // factor 2 sqrt(x (1 - x)) averages pi / 4 over it.) Where window edges step the
+            // load, the settled value is as good as the step is placed, which the learned
+            // extrapolation errors already hold; a load that moves within a couple of
+            // intervals is another matter.
+            let shape = if self.steps() && !self.moves_within_intervals() {
+                0.0
+            } else {
+                // A load that moves within the interval is unknown past the last reading as a
+                // random walk of its variance over its correlation time.
+                let walk = (2.0 * self.load_var * self.tau.min(u) * u).sqrt();
+                (self.residual_scale(hinted) * interval * std::f64::consts::FRAC_PI_4).max(walk)
+            };
+            let ex = self.extrapolation_sigma(u, t);
             return Some(Edge {
                 joules: a.joules + e,
-                sigma: (self.extrapolation_sigma(u, t).powi(2)
+                sigma: (ex.powi(2)
                     + shape.powi(2)
                     + timing.powi(2)
                     + res_sigma.powi(2)
@@ -1904,6 +2120,16 @@ impl Track {
                 .any(|&h| h > a.t - HINT_TOLERANCE && h < b.t);
             let shape =
                 self.residual_scale(hinted) * delta.abs() * 2.0 * (frac * (1.0 - frac)).sqrt();
+            // A load that moves within the interval: where the counter's step fell inside it is
+            // as uncertain as a bridge of that load (variance 2 var tau over the span, pinned
+            // at both anchors), whatever the readings at its ends say.
+            let shape = if self.moves_within_intervals() {
+                let span = b.t - a.t;
+                let x = ((t - a.t) / span).clamp(0.0, 1.0);
+                shape.max((2.0 * self.load_var * self.tau * span * x * (1.0 - x)).sqrt())
+            } else {
+                shape
+            };
             // Where the load steps at this edge, anchors off by their timing error misplace
             // the step's energy.
             let step = if hinted {
@@ -1992,19 +2218,35 @@ impl Track {
         dp * a.t_err / 3f64.sqrt()
     }
 
+    /// The power an extrapolation's error scales with (W): the latest reading, or the load's
+    /// recent level where that is higher (a load that idles now may be busy the next moment).
+    fn power_scale(&self, t: f64) -> f64 {
+        self.power_near(t).max(self.level_guess)
+    }
+
     /// Sigma (J) of the model's energy `u` s past the last anchor, up to `t`.
     fn extrapolation_sigma(&self, u: f64, t: f64) -> f64 {
-        let p = self.power_near(t);
+        let p = self.power_scale(t);
         let v: Vec<f64> = self.end_errors.iter().copied().collect();
         let k = match robust_scale(&v).filter(|_| v.len() >= 4) {
-            Some(r) => r.max(self.noise * 0.5),
+            // Readings' noise alone puts an extrapolation off by about a quarter of it (the
+            // last reading's noise, over the stretch past it).
+            Some(r) => r.max(self.noise * 0.25),
             // Before the board has shown how well it extrapolates: where window edges step the
             // load, twice the model's error over a counter interval; else the spread of the
             // recent power, or 10%.
-            None if self.steps() => (2.0 * self.residual_scale(false)).max(0.02),
+            None if self.steps() && !self.moves_within_intervals() => {
+                (2.0 * self.residual_scale(false)).max(0.02)
+            }
             None => self.power_spread().max(0.1),
         };
         k * u * p
+    }
+
+    /// Whether the load moves within a counter interval (its correlation time is
+    /// shorter): then no reading says much about the power between two of them.
+    fn moves_within_intervals(&self) -> bool {
+        self.tau < self.schedule.grid.period.max(self.period)
     }
 
     /// The power of the tick at or before `t` (W).
@@ -2044,7 +2286,7 @@ impl Track {
         let (e0, e1) = (self.edge(t0)?, self.edge(t1)?);
         if !e1.settled && !e1.degraded {
             let last = self.anchors.back().map_or(t1, |a| a.t);
-            let p = self.power_near(t1);
+            let p = self.power_scale(t1);
             if self.pending_ends.back().is_none_or(|x| x.0 < t1) {
                 push_bounded(
                     &mut self.pending_ends,
@@ -2066,7 +2308,7 @@ impl Track {
     pub fn direct_bound(&self, t0: f64, t1: f64) -> f64 {
         let s = &self.schedule;
         let stale = if s.lag_beyond_range || !s.lag_known {
-            2.0 * LAG_MAX
+            (2.0 * LAG_MAX).max(self.lag_beyond + 0.02)
         } else {
             s.lag + s.lag_err
         } + s.grid.period
@@ -2132,7 +2374,7 @@ fn schedule_changed_model(a: &Schedule, b: &Schedule) -> bool {
     a.fitted != b.fitted
         || (a.grid.period - b.grid.period).abs() > 1e-9
         || a.lag_known != b.lag_known
-        || (a.lag - b.lag).abs() > b.lag_err.max(0.002)
+        || (a.lag - b.lag).abs() > b.lag_err.max(0.005)
 }
 
 /// A window from its two edges: the difference, and the two edges' uncertainties at ~95%.
