@@ -57,6 +57,12 @@ Figures:
   about half, each window wrapping exactly its units (sync_cuda=True): `direct`, `cached`,
   `cached_exact` (`end_window(exact=True)`); per mode `{"rel_std_pct", "worst_abs_dev_pct",
   "mean_bias_pct", "zero_windows", "n"}` of energy per unit vs truth.
+- bounds_vs_error: per window length (0.2, 0.5, 1, 2 s; 10 windows each, 5 with --quick),
+  windows of whole units with random idle gaps before half of them, `ZeusMonitor(reads=
+  "cached")`: the bound each reports (`gpu_energy_uncertainty`) next to its observed error
+  against the energy per unit of 3 s truth windows taken before and after:
+  `{"median_bound_pct", "median_abs_err_pct", "mean_abs_err_pct", "covered_frac", "methods"}`
+  (`methods`: how many windows each provenance made, i.e. the self-check's mode).
 - plo_regret (root only): sweep of power limits from max to min in 50 W steps (100 W with
   --quick): per limit, after 1 s warm-up, 2 s of steps: `step_ms`, `step_j` (mean power from the
   slope of the counter's updates, polled by a thread, x step time; `step_j_naive` from two
@@ -88,6 +94,7 @@ FIGURES = (
     "window_vs_counter",
     "power_monitor_domains",
     "short_window_spread",
+    "bounds_vs_error",
     "plo_regret",
 )
 NEEDS_TORCH = set(FIGURES) - {"nvml_read_cost"}
@@ -111,6 +118,8 @@ PARAMS = {
         "truth_windows": 3,
         "truth_s": 3.0,
         "short_windows": 60,
+        "bound_lengths": (0.2, 0.5, 1.0, 2.0),
+        "bound_windows": 10,
         "pl_step_w": 50,
         "sweep_warm_s": 1.0,
         "sweep_meas_s": 2.0,
@@ -131,6 +140,8 @@ PARAMS = {
         "truth_windows": 2,
         "truth_s": 2.0,
         "short_windows": 30,
+        "bound_lengths": (0.2, 0.5, 1.0, 2.0),
+        "bound_windows": 5,
         "pl_step_w": 100,
         "sweep_warm_s": 0.5,
         "sweep_meas_s": 1.5,
@@ -938,6 +949,95 @@ def fig_power_monitor_domains(ctx: Ctx) -> None:
     )
 
 
+def truth_per_unit(ctx: Ctx, seconds: float) -> tuple[float, float]:
+    """Energy per unit of matmuls over a long run of units (`seconds`): (aligned reads, naive
+    reads after syncs)."""
+    assert ctx.work is not None
+    work, n_unit = ctx.work, ctx.n_unit
+    chunk = max(1, round(0.1 / (n_unit * ctx.t_mm)))
+    ctx.sync()
+    e0 = counter_edge(ctx)
+    t0, units = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        work.mm(n_unit * chunk)
+        units += chunk
+        ctx.sync()
+    t1 = time.perf_counter()
+    c1 = ctx.counter_mj()
+    e1 = counter_edge(ctx, not_before=t1)
+    return edge_energy(e0, t0, e1, t1) / units, (c1 / 1000 - e0[0]) / units
+
+
+def fig_bounds_vs_error(ctx: Ctx) -> None:
+    """Per window length: the bound each window reports against its observed error (energy
+    vs the energy per unit of 3 s truth windows), and the self-check's mode (provenance)."""
+    assert ctx.work is not None
+    work, P, gpu, n_unit = ctx.work, ctx.P, ctx.gpu, ctx.n_unit
+    t_unit = n_unit * ctx.t_mm
+    rng = random.Random(1)
+    mons, errors = make_monitors(ctx, modes=("cached",), fallback=False)
+    if "cached" not in mons:
+        emit("bounds_vs_error", error=errors.get("cached", "no cached monitor"))
+        return
+    m = mons["cached"]
+    rows: dict[str, list[tuple[float, float, float, str]]] = {}
+    truth: list[float] = []
+    try:
+        ctx.busy(1.0)
+        truth.append(truth_per_unit(ctx, 3.0)[0])
+        for length in P["bound_lengths"]:
+            units = max(1, round(length / t_unit))
+            for _ in range(P["bound_windows"]):
+                if rng.random() < 0.5:
+                    time.sleep(rng.uniform(0.05, 0.3))  # the GPU idles: the load steps at edges
+                m.begin_window("bw", sync_cuda=True)
+                work.mm(n_unit * units)
+                got = m.end_window("bw", sync_cuda=True)
+                bound = getattr(got, "gpu_energy_uncertainty", {}).get(gpu)
+                prov = getattr(got, "gpu_energy_provenance", {}).get(gpu)
+                method = getattr(prov, "method", "unknown")
+                rows.setdefault(f"{length:g}", []).append(
+                    (
+                        window_energy(got, gpu),
+                        units,
+                        bound if bound is not None else math.nan,
+                        method,
+                    )
+                )
+        truth.append(truth_per_unit(ctx, 3.0)[0])
+    finally:
+        close_monitors(mons)
+    per_unit = statistics.fmean(truth)
+    out: dict[str, Any] = {}
+    for length, vals in rows.items():
+        errs = [abs(e - per_unit * u) / (per_unit * u) * 100 for e, u, _, _ in vals]
+        bounds = [b / (per_unit * u) * 100 for _, u, b, _ in vals]
+        covered = [abs(e - per_unit * u) <= b for e, u, b, _ in vals]
+        methods: dict[str, int] = {}
+        for *_, meth in vals:
+            methods[meth] = methods.get(meth, 0) + 1
+        out[length] = {
+            "n": len(vals),
+            "median_bound_pct": statistics.median(bounds),
+            "median_abs_err_pct": statistics.median(errs),
+            "mean_abs_err_pct": statistics.fmean(errs),
+            "covered_frac": sum(covered) / len(covered),
+            "methods": methods,
+        }
+        log(
+            f"bounds_vs_error {length} s: bound {out[length]['median_bound_pct']:.2f}% "
+            f"error {out[length]['median_abs_err_pct']:.2f}% covered "
+            f"{out[length]['covered_frac']:.2f} {methods}"
+        )
+    emit(
+        "bounds_vs_error",
+        truth_j_per_unit=per_unit,
+        truth_windows_j_per_unit=truth,
+        lengths=out,
+        unit="% of the window's truth energy",
+    )
+
+
 def fig_short_window_spread(ctx: Ctx) -> None:
     assert ctx.work is not None
     work, P, gpu, n_unit = ctx.work, ctx.P, ctx.gpu, ctx.n_unit
@@ -949,21 +1049,9 @@ def fig_short_window_spread(ctx: Ctx) -> None:
         (rng.randint(lo, hi), rng.uniform(0.0, 0.2) if rng.random() < 0.5 else 0.0)
         for _ in range(P["short_windows"])
     ]
-    chunk = max(1, round(0.1 / t_unit))
 
     def truth_window() -> tuple[float, float]:
-        """Energy per unit over a long run of units: (aligned reads, naive reads after syncs)."""
-        ctx.sync()
-        e0 = counter_edge(ctx)
-        t0, units = time.perf_counter(), 0
-        while time.perf_counter() - t0 < P["truth_s"]:
-            work.mm(n_unit * chunk)
-            units += chunk
-            ctx.sync()
-        t1 = time.perf_counter()
-        c1 = ctx.counter_mj()
-        e1 = counter_edge(ctx, not_before=t1)
-        return edge_energy(e0, t0, e1, t1) / units, (c1 / 1000 - e0[0]) / units
+        return truth_per_unit(ctx, P["truth_s"])
 
     def run_pass(m: Any, exact: bool) -> tuple[list[float], list[float]]:
         """The plan's windows, one after another, each wrapping exactly its units."""
@@ -1157,6 +1245,7 @@ FIGURE_FUNCS: dict[str, Callable[[Ctx], None]] = {
     "window_vs_counter": fig_window_vs_counter,
     "power_monitor_domains": fig_power_monitor_domains,
     "short_window_spread": fig_short_window_spread,
+    "bounds_vs_error": fig_bounds_vs_error,
     "plo_regret": fig_plo_regret,
 }
 

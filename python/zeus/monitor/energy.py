@@ -66,6 +66,17 @@ class ZeusMonitor(_core.ZeusMonitor):
     ideal simulated GPU, the simulator's virtual clock). The cache marks window edges as places
     where the load may step, which is what makes short windows accurate.
 
+    Every figure says how far off it may be: `Measurement.gpu_energy_uncertainty` (and
+    `cpu_energy_uncertainty`, `dram_energy_uncertainty`) hold a bound that the true energy lies
+    within in about 95% of windows, and `gpu_energy_provenance` says how each GPU's figure was
+    made (`cached_counter`, `direct_counter`, `power_integration` or `degraded`) and whether the
+    sampler was calibrated. The sampler learns each board's timing (update periods, the
+    counter's lag) and checks its model against every counter value; a board it cannot model
+    is switched, with one `UserWarning`, to direct reads or power integration. Driver errors
+    are retried and sampling resumes when reads work; a GPU that has answered nothing for 5 s
+    makes `end_window` raise `ZeusBaseGPUError` naming it, with the window left open (see
+    `docs/measurement-uncertainty.md`).
+
     Methods (implemented in Rust):
         begin_window(key, sync_cuda=True): Open window `key`. Raises `ValueError` if a window
             with that name is already open. `sync_execution` (keyword) is Zeus 0.16's name of
