@@ -234,11 +234,11 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
                 series.watts.setdefault(gpu, []).extend([w, w])
         return series
     if header and header[0] == "Time":  # zeus-monitor CSV, mW
-        columns = [
+        power_columns = [
             (k, _gpu_of(h, "Power", "")) for k, h in enumerate(header) if h.startswith("Power")
         ]
         series = PowerSeries(times=[_seconds_of(r[0]) for r in body])
-        for k, gpu in columns:
+        for k, gpu in power_columns:
             series.watts[gpu] = [float(r[k]) / 1000.0 for r in body]
         return series
     if header and header[0] == "time":  # python -m zeus.monitor power --format csv, W

@@ -164,9 +164,9 @@ class ReplayZeusMonitor:
             ("cpu", True): "cpu_energy_uncertainty",
             ("dram", True): "dram_energy_uncertainty",
         }
-        for key, name in names.items():
-            if key in values:
-                extra[name] = values[key]
+        for slot, name in names.items():
+            if slot in values:
+                extra[name] = values[slot]
         return _measurement(float(row[2]), values[("gpu", False)], **extra)
 
     def close(self) -> None:
