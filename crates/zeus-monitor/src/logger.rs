@@ -53,7 +53,7 @@ struct Args {
     energy: bool,
     /// Instead of logging: restore the GPU settings (power limits, locked clocks) that zeus
     /// processes which are no longer running left in the journal ($ZEUS_STATE_DIR, else
-    /// $XDG_STATE_HOME/zeus, else ~/.local/state/zeus, else /var/tmp/zeus), print one line per
+    /// $XDG_STATE_HOME/zeus, else ~/.local/state/zeus, else /var/lib/zeus for root and /var/tmp/zeus-<uid> for others), print one line per
     /// GPU restored, and exit.
     #[arg(long, conflicts_with_all = ["logfile", "duration", "sleep_ms", "gpu_idx", "gpus", "interval", "energy"])]
     restore: bool,

@@ -10,7 +10,8 @@ Commands:
                 driver's default. Exit status 1 if some setting could not be restored.
 
 The journal lives in `$ZEUS_STATE_DIR`, else `$XDG_STATE_HOME/zeus`, else `~/.local/state/zeus`,
-else `/var/tmp/zeus`; `--state-dir` overrides it.
+else `/var/lib/zeus` for root and `/var/tmp/zeus-<uid>` for other users; `--state-dir` overrides
+it. It is used only where no other user can change it (see `docs/zeusd.md`).
 
 Examples:
     python -m zeus.device journal

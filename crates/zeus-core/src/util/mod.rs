@@ -2,3 +2,4 @@
 
 pub mod metric;
 pub mod numpy_rng;
+pub mod private_dir;

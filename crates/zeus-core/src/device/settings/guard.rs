@@ -212,8 +212,12 @@ impl SettingsGuard {
             .iter()
             .any(|h| h.index == index && h.original.kind() == Kind::PowerLimit)
         {
-            let now = inner.gpus.device(index)?.power_management_limit()?;
-            held.push(inner.hold(index, Original::PowerLimit(now), &mut notices)?);
+            let read = || -> Result<Original, SettingsError> {
+                Ok(Original::PowerLimit(
+                    inner.gpus.device(index)?.power_management_limit()?,
+                ))
+            };
+            held.push(inner.hold(index, Kind::PowerLimit, &read, &mut notices)?);
         }
         inner.gpus.set_power_management_limit(index, milliwatts)?;
         Ok(notices)
@@ -266,7 +270,12 @@ impl SettingsGuard {
                 },
                 None => locks,
             };
-            let h = inner.hold(index, Original::Unlock(wider), &mut notices)?;
+            let h = inner.hold(
+                index,
+                Kind::Clocks,
+                &|| Ok(Original::Unlock(wider)),
+                &mut notices,
+            )?;
             match pos {
                 Some(p) => held[p] = h,
                 None => held.push(h),
@@ -341,19 +350,24 @@ impl GuardInner {
     fn hold(
         &self,
         index: usize,
-        found: Original,
+        kind: Kind,
+        read_current: &dyn Fn() -> Result<Original, SettingsError>,
         notices: &mut Vec<Notice>,
     ) -> Result<Held, SettingsError> {
         let uuid = self.gpus.device(index)?.uuid()?;
-        let kind = found.kind();
         let not_journaled = |e: std::io::Error| Notice::NotJournaled {
             index,
             kind,
             dir: self.journal.dir().to_path_buf(),
             error: e.to_string(),
         };
+        // The current setting is read under the journal's lock: read before it, it may be
+        // another process's change that that process is about to restore (and whose entry it
+        // is about to remove), and would be journaled as the original.
+        let lock = self.journal.lock();
+        let found = read_current()?;
         let journaled = (|| -> std::io::Result<Original> {
-            let _lock = self.journal.lock()?;
+            let _lock = lock?;
             let existing = match self.journal.read(kind, &uuid)? {
                 Read::Absent => None,
                 Read::Entry(e) => Some(e),

@@ -23,7 +23,11 @@
 //!   to the driver's default, since the original is unknown.
 //!
 //! Directory: `$ZEUS_STATE_DIR`, else `$XDG_STATE_HOME/zeus`, else `~/.local/state/zeus`, else
-//! `/var/tmp/zeus` (which survives reboots on most systems, unlike `/tmp`).
+//! `/var/lib/zeus` for root and `/var/tmp/zeus-<uid>` for other users (both survive reboots,
+//! unlike `/tmp`). The directory is created 0700 and used only when no other user can change
+//! it or any directory above it (`util::private_dir`): the journal's files are created 0600
+//! and never through a symlink, and a lock file that others could open (and so hold) is
+//! replaced, so no other local user can redirect or stall a root process through it.
 
 use std::fs;
 use std::io::{self, Write};
@@ -33,6 +37,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::owner::Owner;
+use crate::util::private_dir;
 
 /// The kinds of setting the journal records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,7 +289,10 @@ pub fn default_dir() -> PathBuf {
     if let Some(h) = from_env("HOME") {
         return h.join(".local").join("state").join("zeus");
     }
-    PathBuf::from("/var/tmp/zeus")
+    match crate::util::private_dir::euid() {
+        0 => PathBuf::from("/var/lib/zeus"),
+        uid => PathBuf::from(format!("/var/tmp/zeus-{uid}")),
+    }
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -338,14 +346,9 @@ impl Journal {
     /// Take the directory's lock, creating the directory if needed. Blocks while another
     /// process holds it (for the few milliseconds of one entry update).
     pub(crate) fn lock(&self) -> io::Result<DirLock> {
-        fs::create_dir_all(&self.dir).map_err(|e| with_path(e, &self.dir))?;
+        private_dir::ensure_private_dir(&self.dir)?;
         let path = self.dir.join(".lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| with_path(e, &path))?;
+        let file = private_dir::open_private_file(&path)?;
         loop {
             // SAFETY: flock on a descriptor we own; it is released when the file closes.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
@@ -409,7 +412,7 @@ impl Journal {
         let body =
             serde_json::to_vec_pretty(&EntryFile::from_entry(entry)).map_err(io::Error::other)?;
         let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
+            let mut f = private_dir::create_private_file(&tmp)?;
             f.write_all(&body)?;
             f.sync_all()?;
             fs::rename(&tmp, &target)

@@ -614,3 +614,110 @@ fn a_guard_adopts_a_journaled_hold_of_its_owner_and_restores_it() {
     assert_eq!(limit(&gpus, 0), 300_000);
     assert!(entry(&j, Kind::PowerLimit, &uuid(&gpus, 0)).is_none());
 }
+
+/// A journal left by an older build (a 0755 directory, a 0644 lock file) where another local
+/// user holds the lock through a read-only descriptor (`flock` needs no write access): the
+/// guard's writes and restores do not wait on it.
+#[test]
+fn a_lock_held_by_another_user_stalls_nothing() {
+    if crate::util::private_dir::euid() != 0
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("skipped: needs root and setpriv to act as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    fs::set_permissions(base.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = base.path().join("journal");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let lock = dir.join(".lock");
+    fs::write(&lock, b"").unwrap();
+    fs::set_permissions(&lock, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut attacker = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "flock",
+            "-s",
+        ])
+        .arg(&lock)
+        .args(["sleep", "60"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let f = fs::File::open(&lock).unwrap();
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor this test owns.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attacker never took the lock"
+        );
+        std::thread::yield_now();
+    }
+    let j = Journal::at(&dir);
+    let gpus = sim_gpus();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (g2, j2) = (gpus.clone(), j.clone());
+    std::thread::spawn(move || {
+        let g = SettingsGuard::new(g2, j2);
+        let notices = g.set_power_limit(0, 200_000).unwrap();
+        let released = g.restore().unwrap();
+        tx.send((notices, released)).unwrap();
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+    let _ = attacker.kill();
+    let _ = attacker.wait();
+    let (notices, released) = got.expect("the guard waited on another user's lock");
+    assert!(notices.is_empty(), "{notices:?}");
+    assert_eq!(released.len(), 1);
+    assert_eq!(limit(&gpus, 0), 300_000);
+    let mode = fs::metadata(&lock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the lock file others could open was replaced");
+}
+
+/// Six processes set the same GPU's limit and leave, racing one another, twelve rounds: each
+/// round ends at the original with an empty journal (the original is read under the lock, so
+/// no one journals a value another holder is about to take back).
+#[test]
+fn racing_writers_always_end_at_the_original() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::at(dir.path());
+    let gpus = sim_gpus();
+    for round in 0..12 {
+        let procs: Vec<OtherProcess> = (0..6).map(|_| OtherProcess::start()).collect();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(procs.len()));
+        let threads: Vec<_> = procs
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let g = SettingsGuard::on_behalf_of(gpus.clone(), j.clone(), p.owner());
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    // Each hold reads the current limit anew: join, change, leave, again.
+                    for step in 0..20u32 {
+                        g.set_power_limit(0, 150_000 + 10_000 * ((k as u32 + step) % 10))
+                            .unwrap();
+                        std::thread::yield_now();
+                        g.restore().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(limit(&gpus, 0), 300_000, "round {round}");
+        assert!(j.scan().unwrap().entries.is_empty(), "round {round}");
+    }
+}

@@ -78,7 +78,7 @@ fn entry_dict<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
 }
 
 /// The journal directory in use (`$ZEUS_STATE_DIR`, `$XDG_STATE_HOME/zeus`,
-/// `~/.local/state/zeus`, `/var/tmp/zeus`).
+/// `~/.local/state/zeus`, `/var/lib/zeus` for root, `/var/tmp/zeus-<uid>`).
 #[pyfunction]
 fn journal_dir() -> PathBuf {
     settings::journal::default_dir()
