@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import sys
+from urllib.parse import urlsplit, urlunsplit
 
 _PACKAGES = ("zeus-energy", "torch", "transformers", "nvidia-ml-py", "pydantic", "numpy")
 
@@ -21,6 +23,31 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+# Settings whose value is a credential: tokens, keys, secrets, passwords.
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def redact(name: str, value: str) -> str:
+    """The value of setting `name` as a bug report may show it.
+
+    Credentials are replaced, and the password of a URL (`postgresql://user:pw@host/db`) is
+    masked; the rest is kept.
+    """
+    if _SECRET_NAME.search(name):
+        return "<redacted>" if value else value
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return value
+    if parts.scheme and parts.password is not None:
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        netloc = f"{parts.username or ''}:***@{host}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    return value
+
+
 def show_env() -> None:
     """Print the environment report to stdout."""
     print(f"Python: {sys.version.split()[0]} ({platform.platform()})")
@@ -28,7 +55,7 @@ def show_env() -> None:
         print(f"{p}: {_version(p)}")
     settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("ZEUS_", "CUDA_"))}
     for k, v in settings.items():
-        print(f"{k}={v}")
+        print(f"{k}={redact(k, v)}")
     from zeus.device import get_gpus
     from zeus.device.exception import ZeusBaseGPUError
 
