@@ -14,6 +14,7 @@ use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::serve::IncomingStream;
 use tokio::net::{TcpListener, UnixListener};
+use zeus_http::Bounded;
 
 use crate::auth::Identity;
 
@@ -57,9 +58,9 @@ impl std::fmt::Display for Peer {
     }
 }
 
-impl Connected<IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Peer {
-        match stream.io().peer_cred() {
+impl Connected<IncomingStream<'_, Bounded<UnixListener>>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, Bounded<UnixListener>>) -> Peer {
+        match stream.io().inner().peer_cred() {
             Ok(c) => Peer::Unix {
                 uid: c.uid(),
                 gid: c.gid(),
@@ -70,8 +71,8 @@ impl Connected<IncomingStream<'_, UnixListener>> for Peer {
     }
 }
 
-impl Connected<IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Peer {
+impl Connected<IncomingStream<'_, Bounded<TcpListener>>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, Bounded<TcpListener>>) -> Peer {
         Peer::Tcp(*stream.remote_addr())
     }
 }

@@ -14,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use zeus_core::device::settings::{restore_stale, Journal};
 use zeus_core::device::{BackendKind, Gpus, SystemClock};
+use zeus_http::{Bounded, Limits};
 
 use crate::app::{router, App, Group};
 use crate::auth::Signer;
@@ -129,6 +130,14 @@ fn prepare_socket(args: &ServeArgs) -> Result<UnixListener, String> {
     Ok(l)
 }
 
+/// Every client (a socket peer's uid, a TCP address) may hold 64 connections and all together
+/// 768, well under the units' `LimitNOFILE`, so no local user can take the descriptors that
+/// other clients and the restores of killed clients' settings need; a connection silent both
+/// ways for 60 s is closed (event streams send keep-alives every 15 s).
+fn connection_limits() -> Limits {
+    Limits::default()
+}
+
 /// Resolves at SIGTERM or SIGINT with the signal's name.
 async fn stop_signal() -> &'static str {
     let (Ok(mut term), Ok(mut int)) = (
@@ -193,12 +202,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
                 "zeusd: listening on {} (groups {groups:?}, auth {auth})",
                 args.tcp_bind_address
             );
+            let l = Bounded::new(l, connection_limits(), "zeusd");
             let server = axum::serve(l, routes.into_make_service_with_connect_info::<Peer>())
                 .with_graceful_shutdown(shutdown);
             serve_with_grace(server.into_future(), stopped).await
         }
         Mode::Uds => {
-            let l = prepare_socket(&args)?;
+            let l = Bounded::new(prepare_socket(&args)?, connection_limits(), "zeusd");
             eprintln!(
                 "zeusd: listening on {} (groups {groups:?}, auth {auth})",
                 args.socket_path.display()

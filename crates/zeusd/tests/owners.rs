@@ -353,3 +353,77 @@ fn sigterm_restores_what_live_clients_hold() {
     assert!(journaled(&d).is_empty(), "{}", d.stderr());
     assert!(d.stderr().contains("daemon stopping"), "{}", d.stderr());
 }
+
+const FLOOD: &str = r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(sys.argv[1])
+        held.append(s)
+    except OSError:
+        s.close()
+print(len(held), flush=True)
+time.sleep(600)
+"#;
+
+/// Another local user (uid 65534, through `setpriv`) opens 1,100 silent connections to the
+/// socket: a new client still gets answers, and a client killed meanwhile is restored within a
+/// second (each uid holds at most 64 connections; the rest are closed at once).
+#[test]
+fn silent_connections_from_another_user_stall_no_one() {
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("setpriv").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to act as another user");
+        return;
+    }
+    // The other user cannot run a Python installed under root's home (pyenv): the system one.
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let d = daemon().nofile(1024).start();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = Client::post(d.sock(), &set_limit(200_000));
+    assert_eq!(c.status, 200, "{}", c.body);
+    let mut flood = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            python,
+            "-c",
+            FLOOD,
+        ])
+        .arg(d.sock())
+        .arg("1100")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(flood.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    eprintln!("the other user connected {} times", line.trim());
+    // A new client is answered while the flood holds its connections.
+    assert_eq!(d.power_limit(0, None), 200_000);
+    c.kill();
+    let took = within(Duration::from_secs(1), || {
+        d.power_limit(0, None) == ORIGINAL_MW
+    });
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert!(took.is_some(), "not restored within 1 s: {}", d.stderr());
+    assert!(
+        d.stderr().contains("uid 65534 has 64 connections open"),
+        "{}",
+        d.stderr()
+    );
+}

@@ -63,6 +63,7 @@ pub struct Builder {
     env: Vec<(String, String)>,
     tcp: bool,
     key: bool,
+    nofile: Option<u64>,
 }
 
 pub fn daemon() -> Builder {
@@ -76,6 +77,7 @@ pub fn daemon() -> Builder {
         ],
         tcp: false,
         key: false,
+        nofile: None,
     }
 }
 
@@ -97,6 +99,11 @@ impl Builder {
         self.tcp = true;
         self
     }
+    /// Run with at most `n` open descriptors (systemd's default is 1,024).
+    pub fn nofile(mut self, n: u64) -> Builder {
+        self.nofile = Some(n);
+        self
+    }
     /// Auth on, with [`KEY`] in `<dir>/key`.
     pub fn auth(mut self) -> Builder {
         self.key = true;
@@ -111,6 +118,22 @@ impl Builder {
             c.arg("--signing-key-path").arg(dir.join("key"));
         }
         c.args(&self.args);
+        if let Some(n) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: only setrlimit (async-signal-safe) runs between fork and exec.
+            unsafe {
+                c.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         c.env_remove("ZEUS_SIM_CPUS");
         c.env_remove("ZEUS_SIM_PRIVILEGED");
         for (k, v) in &self.env {
@@ -158,10 +181,19 @@ impl Builder {
 }
 
 impl Daemon {
+    /// A connection whose reads give up after 30 s: a daemon that stops answering fails the
+    /// test instead of hanging it.
     pub fn connect(&self) -> std::io::Result<Conn> {
+        let patience = Some(Duration::from_secs(30));
         match &self.addr {
-            Addr::Uds(p) => UnixStream::connect(p).map(Conn::Uds),
-            Addr::Tcp(a) => TcpStream::connect(a).map(Conn::Tcp),
+            Addr::Uds(p) => UnixStream::connect(p).and_then(|s| {
+                s.set_read_timeout(patience)?;
+                Ok(Conn::Uds(s))
+            }),
+            Addr::Tcp(a) => TcpStream::connect(a).and_then(|s| {
+                s.set_read_timeout(patience)?;
+                Ok(Conn::Tcp(s))
+            }),
         }
     }
 

@@ -1,0 +1,338 @@
+//! Bounded serving for zeus's HTTP servers (`zeusd`, the `zeus-monitor` exporter).
+//!
+//! `axum::serve` accepts every connection and keeps it for as long as the client likes: a local
+//! user opening a thousand silent connections exhausts a root daemon's descriptors, and then
+//! neither new clients nor restores of a killed client's settings get one. [`Bounded`] wraps a
+//! listener so that:
+//! - each client (a Unix-socket peer's uid, a TCP peer's IP address) holds at most
+//!   [`Limits::per_client`] connections, and the server at most [`Limits::total`]; a
+//!   connection past either is closed at once, so one user cannot crowd out the others;
+//! - a connection on which nothing is read or written for [`Limits::idle`] is closed (a
+//!   request in flight or a server-sent-event stream with keep-alives is never idle).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::serve::Listener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::time::{Instant, Sleep};
+
+/// The bounds of a [`Bounded`] listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Open connections per client.
+    pub per_client: usize,
+    /// Open connections in all.
+    pub total: usize,
+    /// Close a connection after this long without a byte either way.
+    pub idle: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            per_client: 64,
+            total: 768,
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Who a connection counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Client {
+    Uid(u32),
+    Ip(IpAddr),
+    /// A peer whose credentials could not be read: they all share one allowance.
+    Unknown,
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Client::Uid(u) => write!(f, "uid {u}"),
+            Client::Ip(a) => write!(f, "{a}"),
+            Client::Unknown => f.write_str("an unidentified peer"),
+        }
+    }
+}
+
+/// Streams whose peer can be named.
+pub trait Identify {
+    fn client(&self) -> Client;
+}
+
+impl Identify for UnixStream {
+    fn client(&self) -> Client {
+        self.peer_cred()
+            .map_or(Client::Unknown, |c| Client::Uid(c.uid()))
+    }
+}
+
+impl Identify for TcpStream {
+    fn client(&self) -> Client {
+        self.peer_addr()
+            .map_or(Client::Unknown, |a| Client::Ip(a.ip()))
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    total: usize,
+    by_client: HashMap<Client, usize>,
+    /// Clients told about (logged) while at their cap, so a flood logs one line.
+    warned: std::collections::HashSet<Client>,
+}
+
+/// A connection's place in the counts, given back when the connection closes.
+struct Slot {
+    counts: Arc<Mutex<Counts>>,
+    client: Client,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut c = lock(&self.counts);
+        c.total -= 1;
+        if let Some(n) = c.by_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                c.by_client.remove(&self.client);
+                c.warned.remove(&self.client);
+            }
+        }
+    }
+}
+
+fn lock(m: &Mutex<Counts>) -> std::sync::MutexGuard<'_, Counts> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A listener with [`Limits`]; serve it with `axum::serve` like the listener it wraps.
+pub struct Bounded<L> {
+    inner: L,
+    limits: Limits,
+    counts: Arc<Mutex<Counts>>,
+    name: &'static str,
+}
+
+impl<L> Bounded<L> {
+    /// Wrap `inner`; `name` prefixes the one line logged when a client reaches its cap.
+    pub fn new(inner: L, limits: Limits, name: &'static str) -> Bounded<L> {
+        Bounded {
+            inner,
+            limits,
+            counts: Arc::default(),
+            name,
+        }
+    }
+
+    /// Connections open now (all clients).
+    pub fn open_connections(&self) -> usize {
+        lock(&self.counts).total
+    }
+
+    fn admit(&self, client: Client) -> Option<Slot> {
+        let mut c = lock(&self.counts);
+        let mine = c.by_client.get(&client).copied().unwrap_or(0);
+        if mine >= self.limits.per_client || c.total >= self.limits.total {
+            if c.warned.insert(client) {
+                eprintln!(
+                    "{}: {client} has {mine} connections open ({} in all); closing new ones \
+                     from it until some close",
+                    self.name, c.total
+                );
+            }
+            return None;
+        }
+        c.total += 1;
+        *c.by_client.entry(client).or_insert(0) += 1;
+        Some(Slot {
+            counts: self.counts.clone(),
+            client,
+        })
+    }
+}
+
+impl<L> Listener for Bounded<L>
+where
+    L: Listener,
+    L::Io: Identify,
+{
+    type Io = Guarded<L::Io>;
+    type Addr = L::Addr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (io, addr) = self.inner.accept().await;
+            let Some(slot) = self.admit(io.client()) else {
+                drop(io);
+                continue;
+            };
+            let idle = self.limits.idle;
+            return (
+                Guarded {
+                    io,
+                    idle,
+                    timer: Box::pin(tokio::time::sleep(idle)),
+                    _slot: slot,
+                },
+                addr,
+            );
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// Bounded over a Unix socket.
+pub type BoundedUnix = Bounded<UnixListener>;
+/// Bounded over TCP.
+pub type BoundedTcp = Bounded<TcpListener>;
+
+/// An accepted connection: closed after [`Limits::idle`] without traffic; its slot is given
+/// back when it is dropped.
+pub struct Guarded<Io> {
+    io: Io,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+    _slot: Slot,
+}
+
+impl<Io> Guarded<Io> {
+    /// The stream inside (for its peer's credentials).
+    pub fn inner(&self) -> &Io {
+        &self.io
+    }
+
+    fn touched(&mut self) {
+        self.timer.as_mut().reset(Instant::now() + self.idle);
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.timer.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn idle_error() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "connection idle for too long")
+}
+
+impl<Io: AsyncRead + Unpin> AsyncRead for Guarded<Io> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.touched();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(idle_error())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<Io: AsyncWrite + Unpin> AsyncWrite for Guarded<Io> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.io).poll_write(cx, data) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.touched();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(idle_error())),
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn app() -> axum::Router {
+        axum::Router::new().route("/", axum::routing::get(|| async { "ok" }))
+    }
+
+    async fn get(path: &std::path::Path) -> io::Result<String> {
+        let mut s = UnixStream::connect(path).await?;
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok(out)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_at_its_cap_does_not_crowd_out_the_server_and_idle_ones_go() {
+        let dir = std::env::temp_dir().join(format!("zeus-http-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = Bounded::new(
+            UnixListener::bind(&path).unwrap(),
+            Limits {
+                per_client: 8,
+                total: 100,
+                idle: Duration::from_millis(500),
+            },
+            "test",
+        );
+        let counts = l.counts.clone();
+        tokio::spawn(async move { axum::serve(l, app()).await.unwrap() });
+        // Eight silent connections: this uid's allowance.
+        let mut silent = Vec::new();
+        for _ in 0..8 {
+            silent.push(UnixStream::connect(&path).await.unwrap());
+        }
+        while lock(&counts).total < 8 {
+            tokio::task::yield_now().await;
+        }
+        // A ninth is closed at once (the same uid: the test's).
+        let mut ninth = UnixStream::connect(&path).await.unwrap();
+        let _ = ninth.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let mut buf = Vec::new();
+        let n = ninth.read_to_end(&mut buf).await.unwrap_or(0);
+        assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&buf));
+        // The silent ones are closed once idle, and the uid gets its allowance back.
+        for s in &mut silent {
+            let mut b = [0u8; 1];
+            assert_eq!(s.read(&mut b).await.unwrap_or(0), 0);
+        }
+        while lock(&counts).total > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(get(&path).await.unwrap().contains("ok"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
