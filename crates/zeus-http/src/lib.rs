@@ -5,8 +5,11 @@
 //! neither new clients nor restores of a killed client's settings get one. [`Bounded`] wraps a
 //! listener so that:
 //! - each client (a Unix-socket peer's uid, a TCP peer's IP address) holds at most
-//!   [`Limits::per_client`] connections, and the server at most [`Limits::total`]; a
-//!   connection past either is closed at once, so one user cannot crowd out the others;
+//!   [`Limits::per_client`] connections, and the server at most [`Limits::total`]. A
+//!   connection past either makes room by closing that client's (or, at the total, anyone's)
+//!   longest-idle connection, if one has been idle a second; else it is closed itself. So one
+//!   user cannot crowd out the others, and on a shared TCP address (loopback) a scraper's new
+//!   connection displaces an attacker's silent ones rather than being refused;
 //! - a connection on which nothing is read or written for [`Limits::idle`] is closed (a
 //!   request in flight or a server-sent-event stream with keep-alives is never idle).
 
@@ -15,8 +18,9 @@ use std::future::Future;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::serve::Listener;
@@ -33,6 +37,8 @@ pub struct Limits {
     pub total: usize,
     /// Close a connection after this long without a byte either way.
     pub idle: Duration,
+    /// A connection idle this long may be closed to make room for a newcomer.
+    pub evict_after: Duration,
 }
 
 impl Default for Limits {
@@ -41,6 +47,7 @@ impl Default for Limits {
             per_client: 64,
             total: 768,
             idle: Duration::from_secs(60),
+            evict_after: Duration::from_secs(1),
         }
     }
 }
@@ -83,10 +90,22 @@ impl Identify for TcpStream {
     }
 }
 
+/// One open connection, as the listener and the connection both see it.
+struct Conn {
+    client: Client,
+    /// Milliseconds since the listener's epoch at the last byte either way.
+    last: AtomicU64,
+    /// Set to close the connection (it is the longest idle of a client at its cap).
+    evicted: AtomicBool,
+    /// The connection's reader, to wake when evicted.
+    waker: Mutex<Option<Waker>>,
+}
+
 #[derive(Default)]
 struct Counts {
-    total: usize,
+    open: HashMap<u64, Arc<Conn>>,
     by_client: HashMap<Client, usize>,
+    next_id: u64,
     /// Clients told about (logged) while at their cap, so a flood logs one line.
     warned: std::collections::HashSet<Client>,
 }
@@ -94,24 +113,26 @@ struct Counts {
 /// A connection's place in the counts, given back when the connection closes.
 struct Slot {
     counts: Arc<Mutex<Counts>>,
-    client: Client,
+    id: u64,
+    conn: Arc<Conn>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut c = lock(&self.counts);
-        c.total -= 1;
-        if let Some(n) = c.by_client.get_mut(&self.client) {
+        c.open.remove(&self.id);
+        let client = self.conn.client;
+        if let Some(n) = c.by_client.get_mut(&client) {
             *n -= 1;
             if *n == 0 {
-                c.by_client.remove(&self.client);
-                c.warned.remove(&self.client);
+                c.by_client.remove(&client);
+                c.warned.remove(&client);
             }
         }
     }
 }
 
-fn lock(m: &Mutex<Counts>) -> std::sync::MutexGuard<'_, Counts> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -121,6 +142,7 @@ pub struct Bounded<L> {
     limits: Limits,
     counts: Arc<Mutex<Counts>>,
     name: &'static str,
+    epoch: std::time::Instant,
 }
 
 impl<L> Bounded<L> {
@@ -131,32 +153,65 @@ impl<L> Bounded<L> {
             limits,
             counts: Arc::default(),
             name,
+            epoch: std::time::Instant::now(),
         }
     }
 
     /// Connections open now (all clients).
     pub fn open_connections(&self) -> usize {
-        lock(&self.counts).total
+        lock(&self.counts).open.len()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
     }
 
     fn admit(&self, client: Client) -> Option<Slot> {
+        let now = self.now_ms();
         let mut c = lock(&self.counts);
         let mine = c.by_client.get(&client).copied().unwrap_or(0);
-        if mine >= self.limits.per_client || c.total >= self.limits.total {
+        let full = mine >= self.limits.per_client;
+        let evictable = self.limits.evict_after.as_millis() as u64;
+        if full || c.open.len() >= self.limits.total {
+            // Make room: the longest idle of this client's connections (or anyone's, at the
+            // total), if it has been idle long enough not to be in the middle of something.
+            let victim = c
+                .open
+                .values()
+                .filter(|x| !x.evicted.load(Ordering::Relaxed))
+                .filter(|x| !full || x.client == client)
+                .filter(|x| now.saturating_sub(x.last.load(Ordering::Relaxed)) >= evictable)
+                .min_by_key(|x| x.last.load(Ordering::Relaxed))
+                .cloned();
             if c.warned.insert(client) {
                 eprintln!(
-                    "{}: {client} has {mine} connections open ({} in all); closing new ones \
-                     from it until some close",
-                    self.name, c.total
+                    "{}: {client} has {mine} connections open ({} in all); its longest idle \
+                     ones are closed to make room, or new ones refused",
+                    self.name,
+                    c.open.len()
                 );
             }
-            return None;
+            let victim = victim?;
+            victim.evicted.store(true, Ordering::Relaxed);
+            let waker = lock(&victim.waker).take();
+            if let Some(w) = waker {
+                w.wake();
+            }
         }
-        c.total += 1;
+        let conn = Arc::new(Conn {
+            client,
+            last: AtomicU64::new(now),
+            evicted: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        });
+        let id = c.next_id;
+        c.next_id += 1;
+        c.open.insert(id, conn.clone());
         *c.by_client.entry(client).or_insert(0) += 1;
         Some(Slot {
             counts: self.counts.clone(),
-            client,
+            id,
+            conn,
         })
     }
 }
@@ -182,7 +237,8 @@ where
                     io,
                     idle,
                     timer: Box::pin(tokio::time::sleep(idle)),
-                    _slot: slot,
+                    epoch: self.epoch,
+                    slot,
                 },
                 addr,
             );
@@ -205,7 +261,8 @@ pub struct Guarded<Io> {
     io: Io,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
-    _slot: Slot,
+    epoch: std::time::Instant,
+    slot: Slot,
 }
 
 impl<Io> Guarded<Io> {
@@ -216,10 +273,14 @@ impl<Io> Guarded<Io> {
 
     fn touched(&mut self) {
         self.timer.as_mut().reset(Instant::now() + self.idle);
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.slot.conn.last.store(ms, Ordering::Relaxed);
     }
 
+    /// Idle too long, or closed to make room: registers `cx` to be woken for either.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        self.timer.as_mut().poll(cx).is_ready()
+        *lock(&self.slot.conn.waker) = Some(cx.waker().clone());
+        self.slot.conn.evicted.load(Ordering::Relaxed) || self.timer.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -305,6 +366,7 @@ mod tests {
                 per_client: 8,
                 total: 100,
                 idle: Duration::from_millis(500),
+                evict_after: Duration::from_secs(3600),
             },
             "test",
         );
@@ -315,7 +377,7 @@ mod tests {
         for _ in 0..8 {
             silent.push(UnixStream::connect(&path).await.unwrap());
         }
-        while lock(&counts).total < 8 {
+        while lock(&counts).open.len() < 8 {
             tokio::task::yield_now().await;
         }
         // A ninth is closed at once (the same uid: the test's).
@@ -329,10 +391,46 @@ mod tests {
             let mut b = [0u8; 1];
             assert_eq!(s.read(&mut b).await.unwrap_or(0), 0);
         }
-        while lock(&counts).total > 0 {
+        while !lock(&counts).open.is_empty() {
             tokio::task::yield_now().await;
         }
         assert!(get(&path).await.unwrap().contains("ok"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_newcomer_displaces_the_longest_idle_connection_of_its_client() {
+        let dir = std::env::temp_dir().join(format!("zeus-http-evict-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = Bounded::new(
+            UnixListener::bind(&path).unwrap(),
+            Limits {
+                per_client: 4,
+                total: 100,
+                idle: Duration::from_secs(3600),
+                evict_after: Duration::ZERO,
+            },
+            "test",
+        );
+        let counts = l.counts.clone();
+        tokio::spawn(async move { axum::serve(l, app()).await.unwrap() });
+        let mut silent = Vec::new();
+        for k in 0..4 {
+            silent.push(UnixStream::connect(&path).await.unwrap());
+            while lock(&counts).open.len() < k + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        // At the cap, a request still gets its answer: the oldest silent connection goes.
+        assert!(get(&path).await.unwrap().contains("ok"));
+        let mut b = [0u8; 1];
+        assert_eq!(
+            silent[0].read(&mut b).await.unwrap_or(0),
+            0,
+            "the oldest was closed"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -595,3 +595,43 @@ fn clocks_a_zeus_process_locked_are_exposed_until_restored() {
         std::panic::resume_unwind(p);
     }
 }
+
+/// 1,100 idle connections from the scraper's own address (loopback), against systemd's default
+/// 1,024 descriptors: scrapes still get answers (the address holds at most 64 connections, and
+/// a newcomer displaces the longest idle one).
+#[test]
+fn idle_connections_do_not_starve_scrapes() {
+    let srv = Server::start("H100", &["--gpus", "0"]);
+    srv.ready(1);
+    let lim = libc::rlimit {
+        rlim_cur: 1024,
+        rlim_max: 1024,
+    };
+    // SAFETY: prlimit on our own child with a valid struct.
+    let rc = unsafe {
+        libc::prlimit(
+            srv.child.id() as i32,
+            libc::RLIMIT_NOFILE,
+            &lim,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(rc, 0);
+    let idle: Vec<TcpStream> = (0..1100)
+        .filter_map(|_| TcpStream::connect(&srv.addr).ok())
+        .collect();
+    // Scrapes get through once the silent connections have idled long enough to be displaced
+    // (a second); until then new connections past the address's allowance are refused.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut answered = 0;
+    while answered < 5 {
+        assert!(Instant::now() < deadline, "scrapes starved: {answered} answered");
+        let ok = std::panic::catch_unwind(|| srv.get("/metrics").0 == 200).unwrap_or(false);
+        if ok {
+            answered += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    drop(idle);
+}
