@@ -632,3 +632,70 @@ def test_get_gpus_without_variables_writes_directly(sim_gpus) -> None:  # noqa: 
     reset_gpus()
     assert sim_gpus(MODELS).zeusd is None
     assert get_gpus().zeusd is None
+
+
+def test_daemon_errors_raise_the_in_process_exceptions(tmp_path: Path) -> None:
+    """Behind zeusd a failure raises what it raises in process: a V100's memory clocks that
+    cannot be locked are `ZeusGPUNotSupportedError` (not an invalid argument), and a setting
+    another live client holds is `ZeusdSettingHeldError`."""
+    with running_zeusd(tmp_path, "A100,V100", "uds") as daemon:
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from zeus.device.zeusd import ZeusdClient\n"
+                "ZeusdClient.from_env().set_power_limit([0], 200_000)\n"
+                "print('held', flush=True)\n"
+                "sys.stdin.readline()\n",
+            ],
+            env=_client_env(tmp_path, ZEUS_SIM_GPUS="A100,V100", **daemon.env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == "held"
+            result = _run_client(
+                tmp_path,
+                """
+                from zeus.device.zeusd import ZeusdClient
+                c = ZeusdClient.from_env()
+                out = {}
+                for name, call in [
+                    ("mem_clocks", lambda: c.set_mem_locked_clocks([1], 800, 877)),
+                    ("held", lambda: c.set_power_limit([0], 250_000)),
+                ]:
+                    try:
+                        call()
+                        out[name] = "ok"
+                    except Exception as e:
+                        out[name] = type(e).__name__
+                report(**out)
+                """,
+                ZEUS_SIM_GPUS="A100,V100",
+                **daemon.env,
+            )
+        finally:
+            holder.kill()
+            holder.wait()
+    assert result == {
+        "mem_clocks": "ZeusGPUNotSupportedError",
+        "held": "ZeusdSettingHeldError",
+    }
+
+
+def test_a_named_class_in_the_answer_wins_over_the_status() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = {"errors": {"0": "not supported"}, "classes": {"0": "ZeusGPUNotSupportedError"}}
+        return httpx.Response(400, json=body)
+
+    with pytest.raises(ZeusGPUNotSupportedError, match="daemon GPU 0: not supported"):
+        _mock_client(handler).set_power_limit([0], 200_000)
+
+    def unknown(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"errors": {"0": "x"}, "classes": {"0": "NoSuchClass"}})
+
+    with pytest.raises(ZeusGPUInvalidArgError):
+        _mock_client(unknown).set_power_limit([0], 200_000)

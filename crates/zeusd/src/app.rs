@@ -93,21 +93,26 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Per-device failures: `{"errors": {"<id>": message}}` with the worst status among them.
+/// Per-device failures: `{"errors": {"<id>": message}, "classes": {"<id>": class}}` with the
+/// worst status among them. `classes` names the exception the same failure raises in process
+/// (`GpuError::class_name`, the one table), so a client behind the daemon raises it too.
 #[derive(Debug, Default)]
 pub struct DeviceErrors {
     pub status: Option<StatusCode>,
     pub errors: Map<String, Value>,
+    pub classes: Map<String, Value>,
     /// Settings held by other clients (409), answered as `"conflicts"`.
     pub conflicts: Vec<Value>,
 }
 
 impl DeviceErrors {
-    pub fn add(&mut self, id: usize, status: StatusCode, message: String) {
+    pub fn add(&mut self, id: usize, status: StatusCode, message: String, class: &str) {
         if self.status.is_none_or(|s| status.as_u16() > s.as_u16()) {
             self.status = Some(status);
         }
         self.errors.insert(id.to_string(), Value::String(message));
+        self.classes
+            .insert(id.to_string(), Value::String(class.to_string()));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -116,7 +121,7 @@ impl DeviceErrors {
 
     pub fn into_response(self) -> Response {
         let status = self.status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut body = json!({"errors": self.errors});
+        let mut body = json!({"errors": self.errors, "classes": self.classes});
         if !self.conflicts.is_empty() {
             body["conflicts"] = Value::Array(self.conflicts);
         }

@@ -78,7 +78,7 @@ fn per_gpu_read(
             Ok(v) => {
                 out.insert(i.to_string(), v);
             }
-            Err(e) => errors.add(i, gpu_status(&e), e.to_string()),
+            Err(e) => errors.add(i, gpu_status(&e), e.to_string(), e.class_name()),
         }
     }
     if errors.is_empty() {
@@ -192,9 +192,9 @@ fn apply_all(app: &App, r: &Requester, ids: &[usize], w: Write) -> DeviceErrors 
     for &i in ids {
         match apply(app, r, i, w) {
             Ok(()) => {}
-            Err(WriteError::Device(status, msg)) => errors.add(i, status, msg),
+            Err(WriteError::Device(status, msg, class)) => errors.add(i, status, msg, class),
             Err(WriteError::Conflict(msg, detail)) => {
-                errors.add(i, StatusCode::CONFLICT, msg);
+                errors.add(i, StatusCode::CONFLICT, msg, "ZeusdSettingHeldError");
                 errors.conflicts.push(detail);
             }
         }

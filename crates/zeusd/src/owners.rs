@@ -142,24 +142,26 @@ pub struct Requester {
 
 /// A write refused or failed on one GPU.
 pub enum WriteError {
-    Device(StatusCode, String),
+    /// Status, message and the Python exception class it raises in process (the client
+    /// raises the same one).
+    Device(StatusCode, String, &'static str),
     /// 409: message and the holders, for the answer body.
     Conflict(String, Value),
 }
 
 impl From<SettingsError> for WriteError {
     fn from(e: SettingsError) -> WriteError {
-        let status = match &e {
-            SettingsError::Gpu(g) => gpu_status(g),
-            SettingsError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        let (status, class) = match &e {
+            SettingsError::Gpu(g) => (gpu_status(g), g.class_name()),
+            SettingsError::Io(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ZeusdError"),
         };
-        WriteError::Device(status, e.to_string())
+        WriteError::Device(status, e.to_string(), class)
     }
 }
 
 impl From<GpuError> for WriteError {
     fn from(e: GpuError) -> WriteError {
-        WriteError::Device(gpu_status(&e), e.to_string())
+        WriteError::Device(gpu_status(&e), e.to_string(), e.class_name())
     }
 }
 

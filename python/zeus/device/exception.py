@@ -114,6 +114,13 @@ class ZeusdConnectionError(ZeusdError, ConnectionError):
     """
 
 
+class ZeusdSettingHeldError(ZeusdError):
+    """zeusd refused a write (HTTP 409): another live client holds that GPU setting.
+
+    The answer's `conflicts` name the holders; the setting frees when they release it or exit.
+    """
+
+
 class ZeusBaseCPUError(ZeusBaseError):
     """Base class of CPU (RAPL) errors; the classes are in `zeus.device.cpu`."""
 
@@ -144,4 +151,5 @@ __all__ = [
     "ZeusdError",
     "ZeusdConfigError",
     "ZeusdConnectionError",
+    "ZeusdSettingHeldError",
 ]

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+import zeus.device.exception as _exceptions
 from zeus.device.exception import (
     ZeusBaseGPUError,
     ZeusdConfigError,
@@ -455,6 +456,11 @@ class ZeusdClient:
                 detail = str(body["error"])
         head = f"zeusd at {self.endpoint}: {method} {path} failed (HTTP {code})"
         message = f"{head}: {detail}" if detail else head
+        # The daemon names the exception the failure raises in process (one table, in the
+        # Rust core): the same class here. Answers of older daemons fall back on the status.
+        named = _named_class(body)
+        if named is not None and code != 401:
+            return named(message)
         if code == 400:
             return ZeusGPUInvalidArgError(message)
         if code == 401:
@@ -472,3 +478,15 @@ class ZeusdClient:
                 "(zeusd serve --enable) or the daemon predates the endpoint)"
             )
         return ZeusGPUUnknownError(message)
+
+
+def _named_class(body: object) -> type[ZeusBaseGPUError] | None:
+    """The exception class a daemon's error answer names, the first GPU's where several."""
+    if not isinstance(body, dict) or not isinstance(body.get("classes"), dict):
+        return None
+    classes = body["classes"]
+    for key in sorted(classes, key=lambda k: (len(str(k)), str(k))):
+        cls = getattr(_exceptions, str(classes[key]), None)
+        if isinstance(cls, type) and issubclass(cls, ZeusBaseGPUError):
+            return cls
+    return None
