@@ -699,3 +699,46 @@ def test_a_named_class_in_the_answer_wins_over_the_status() -> None:
 
     with pytest.raises(ZeusGPUInvalidArgError):
         _mock_client(unknown).set_power_limit([0], 200_000)
+
+
+def test_after_a_restore_another_client_can_set_a_new_value_at_once(
+    tmp_path: Path, zeusd_uds: Daemon
+) -> None:
+    """A client's restore gives its hold back (`/gpu/release`) instead of writing the original,
+    which the daemon would record as a new hold: others got 409 until the client exited."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from zeus.device import get_gpus\n"
+            "from zeus.device.settings import SettingsGuard\n"
+            "g = SettingsGuard(get_gpus())\n"
+            "g.set_power_limit(0, 200_000)\n"
+            "print('set', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print(g.restore(), flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        env=_client_env(tmp_path, **zeusd_uds.env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdin is not None and holder.stdout is not None
+        assert holder.stdout.readline().strip() == "set"
+        assert zeusd_uds.power_limits()[0] == 200_000
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert "restored power limit" in holder.stdout.readline()
+        assert zeusd_uds.power_limits()[0] == 400_000
+        # The holder still runs; another client's write goes through at once.
+        r = zeusd_uds.http.post(
+            "/gpu/set_power_limit", params={"gpu_ids": "0", "power_limit_mw": "250000"}
+        )
+        assert r.status_code == 200, r.text
+        assert zeusd_uds.power_limits()[0] == 250_000
+    finally:
+        holder.kill()
+        holder.wait()

@@ -625,7 +625,10 @@ fn idle_connections_do_not_starve_scrapes() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut answered = 0;
     while answered < 5 {
-        assert!(Instant::now() < deadline, "scrapes starved: {answered} answered");
+        assert!(
+            Instant::now() < deadline,
+            "scrapes starved: {answered} answered"
+        );
         let ok = std::panic::catch_unwind(|| srv.get("/metrics").0 == 200).unwrap_or(false);
         if ok {
             answered += 1;

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Json;
 use serde_json::{json, Map, Value};
+use zeus_core::device::settings::Kind;
 use zeus_core::device::{Gpu, GpuError};
 
 use crate::app::{now_ms, ApiError, App, DeviceErrors, Params, Shared};
@@ -49,6 +50,7 @@ pub fn control_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
             post(reset_mem_locked_clocks),
         ),
         ("/gpu/reset_locked_clocks", post(reset_locked_clocks)),
+        ("/gpu/release", post(release)),
         ("/client/renew_lease", post(renew_lease)),
     ]
 }
@@ -166,6 +168,9 @@ pub enum Write {
     ResetGpu,
     ResetMem,
     ResetBoth,
+    /// Give back the caller's hold of a setting (our extension): the daemon puts it back to
+    /// its original unless another live client holds it too. Not held: nothing to do.
+    Release(Kind),
 }
 
 fn clock_range(params: &Params) -> Result<(u32, u32), ApiError> {
@@ -337,6 +342,31 @@ async fn reset_locked_clocks(
     params: Result<Params, ApiError>,
 ) -> Response {
     write(app, caller, params, |_| Ok(Write::ResetBoth)).await
+}
+
+/// `POST /gpu/release?gpu_ids=..&setting=power_limit|clocks` (our extension): give back the
+/// caller's hold, which restores the setting unless another client holds it. A client that
+/// "restored" by writing the original value would hold that value instead, and others would get
+/// 409 until it exited.
+async fn release(
+    State(app): State<Shared>,
+    caller: Caller,
+    params: Result<Params, ApiError>,
+) -> Response {
+    write(app, caller, params, |p| {
+        let kind = match p.required("setting")? {
+            "power_limit" => Kind::PowerLimit,
+            "clocks" => Kind::Clocks,
+            other => {
+                return Err(ApiError::param(
+                    "setting",
+                    format!("expected power_limit or clocks, got {other:?}"),
+                ))
+            }
+        };
+        Ok(Write::Release(kind))
+    })
+    .await
 }
 
 /// `POST /client/renew_lease` (our extension): renew the caller's lease and say when it ends.

@@ -298,6 +298,15 @@ impl Clients {
     pub fn write(&self, r: &Requester, index: usize, w: Write) -> Result<(), WriteError> {
         let mut st = self.lock();
         let now = Instant::now();
+        if let Write::Release(kind) = w {
+            let Some(c) = st.get_mut(&r.key) else {
+                return Ok(());
+            };
+            if c.holds.remove(&(index, kind)).is_some() {
+                c.guard.release(index, kind)?;
+            }
+            return Ok(());
+        }
         let kind = match w {
             Write::PowerLimit(_) => Kind::PowerLimit,
             _ => Kind::Clocks,
@@ -378,7 +387,7 @@ impl Clients {
                     mem: None,
                 },
             ),
-            Write::Persistence(_) => unreachable!("persistence mode is not held"),
+            Write::Persistence(_) | Write::Release(_) => unreachable!("handled above"),
         };
         let is_reset = matches!(w, Write::ResetGpu | Write::ResetMem | Write::ResetBoth);
         let mine = st

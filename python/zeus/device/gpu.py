@@ -54,6 +54,16 @@ class GPUs(_core.GPUs):
             )
         return physical[index]
 
+    def release_setting(self, gpu_index: int, setting: str) -> None:
+        """Give back this process's hold of a setting on GPU `gpu_index` through zeusd.
+
+        `setting` is `"power_limit"` or `"clocks"`; the daemon restores it unless another
+        client holds it too.
+        """
+        if self.zeusd is None:
+            raise ZeusGPUInvalidArgError("release_setting needs GPU writes through zeusd")
+        self.zeusd.release([self._daemon_index(gpu_index)], setting)
+
     def set_power_management_limit(
         self, gpu_index: int, power_limit_mw: int, block: bool = True
     ) -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from zeus import _core
+from zeus.device.exception import ZeusGPUNotSupportedError
 from zeus.util import signals
 from zeus.util.logging import get_logger
 
@@ -87,7 +88,10 @@ class ZeusdSettingsGuard:
     The same methods as `zeus._core.SettingsGuard`, without a local journal: the daemon
     journals what it changes and restores it should this process die. This object remembers,
     in memory, the power limit each GPU had before its first change and which clocks it
-    locked; `restore()` asks the daemon to set those limits back and unlock those clocks.
+    locked; `restore()` gives those holds back to the daemon (`/gpu/release`), which restores
+    each setting unless another client holds it too. (Writing the original back instead, as
+    with a daemon without that endpoint, would make this process a holder of that value, and
+    other clients would get 409 until it exited.)
     Every setting is tried; one that fails stays held (a later `restore()` retries it) and the
     first error is raised. Thread-safe.
     """
@@ -102,6 +106,7 @@ class ZeusdSettingsGuard:
         self._lock = threading.Lock()
         self._power: dict[int, int] = {}
         self._clocks: dict[int, set[str]] = {}
+        self._no_release = False
 
     @property
     def active(self) -> bool:
@@ -150,7 +155,8 @@ class ZeusdSettingsGuard:
             for index in sorted(self._power):
                 mw = self._power[index]
                 try:
-                    self.gpus.set_power_management_limit(index, mw)
+                    if not self._released(index, "power_limit"):
+                        self.gpus.set_power_management_limit(index, mw)
                 except Exception as e:  # noqa: BLE001  (try every setting; raise the first)
                     first = first or e
                     continue
@@ -158,6 +164,10 @@ class ZeusdSettingsGuard:
                 lines.append(f"GPU {index}: restored power limit {mw} mW through zeusd")
             for index in sorted(self._clocks):
                 kinds = self._clocks[index]
+                if kinds and self._released(index, "clocks"):
+                    kinds.clear()
+                    lines.append(f"GPU {index}: unlocked clocks through zeusd")
+                    continue
                 for kind, reset in (
                     ("gpu", self.gpus.reset_gpu_locked_clocks),
                     ("memory", self.gpus.reset_memory_locked_clocks),
@@ -175,6 +185,21 @@ class ZeusdSettingsGuard:
         if first is not None:
             raise first
         return lines
+
+    def _released(self, index: int, setting: str) -> bool:
+        """Give the hold back to the daemon, which restores the setting.
+
+        False when the daemon has no `/gpu/release` (upstream's): the caller then writes the
+        original back, and that daemon counts this process as holding it until it exits.
+        """
+        if self._no_release:
+            return False
+        try:
+            self.gpus.release_setting(index, setting)
+        except ZeusGPUNotSupportedError:
+            self._no_release = True
+            return False
+        return True
 
 
 def SettingsGuard(  # noqa: N802  (a constructor to its users)

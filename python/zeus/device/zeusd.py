@@ -359,6 +359,15 @@ class ZeusdClient:
         """`POST /gpu/reset_mem_locked_clocks`."""
         self._write("/gpu/reset_mem_locked_clocks", gpu_ids, block)
 
+    def release(self, gpu_ids: Iterable[int], setting: str, block: bool = True) -> None:
+        """`POST /gpu/release` (our extension): give back this client's hold of `setting`.
+
+        `setting` is `"power_limit"` or `"clocks"`; the daemon restores it unless another
+        client holds it too. Daemons without the endpoint (upstream's) raise
+        `ZeusGPUNotSupportedError`.
+        """
+        self._write("/gpu/release", gpu_ids, block, setting=setting)
+
     def reset_locked_clocks(self, gpu_ids: Iterable[int], block: bool = True) -> None:
         """`POST /gpu/reset_locked_clocks` (graphics and memory)."""
         self._write("/gpu/reset_locked_clocks", gpu_ids, block)
