@@ -47,8 +47,9 @@ pub struct ServeArgs {
     pub mode: Mode,
     #[arg(long, default_value = "/run/zeusd/zeusd.sock")]
     pub socket_path: PathBuf,
-    /// Mode of the socket file, octal.
-    #[arg(long, default_value = "666", value_parser = parse_octal)]
+    /// Mode of the socket file, octal. 660 by default: give the clients' group access with
+    /// --socket-gid (upstream zeusd's 666 lets every local user write GPU settings).
+    #[arg(long, default_value = "660", value_parser = parse_octal)]
     pub socket_permissions: u32,
     /// Owner of the socket file (numeric uid); unchanged when absent.
     #[arg(long)]

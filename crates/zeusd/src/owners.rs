@@ -393,9 +393,13 @@ impl Clients {
         let mine = st
             .get(&r.key)
             .and_then(|c| c.holds.get(&(index, kind)).copied());
+        // Joining another user's hold (writing the value it holds) would let any local user
+        // freeze a job's schedule: the job could no longer change its own setting. Only the
+        // same user, or root, may share a hold.
+        let foreign = |who: &Who| matches!((r.who.uid, who.uid), (Some(mine), Some(theirs)) if mine != 0 && mine != theirs);
         let blocking: Vec<&(Who, Held)> = others
             .iter()
-            .filter(|(_, h)| {
+            .filter(|(who, h)| {
                 if is_reset {
                     // Resetting a kind another client locked would undo its setting; when the
                     // caller holds the setting too, the reset only releases its own claim.
@@ -407,7 +411,7 @@ impl Clients {
                             _ => true,
                         }
                 } else {
-                    clash(parts, want, h)
+                    clash(parts, want, h) || foreign(who)
                 }
             })
             .collect();

@@ -386,7 +386,12 @@ fn silent_connections_from_another_user_stall_no_one() {
     } else {
         "python3"
     };
-    let d = daemon().nofile(1024).start();
+    // The socket open to every local user (upstream's default): the attacker can connect.
+    let d = daemon()
+        .nofile(1024)
+        .arg("--socket-permissions")
+        .arg("666")
+        .start();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut c = Client::post(d.sock(), &set_limit(200_000));
@@ -426,4 +431,50 @@ fn silent_connections_from_another_user_stall_no_one() {
         "{}",
         d.stderr()
     );
+}
+
+/// Another user writing the value a job holds does not become a co-holder (any local user
+/// could then freeze the job's schedule, which could no longer change its own setting): it
+/// is refused. Root may share a hold.
+#[test]
+fn another_user_cannot_join_a_hold() {
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("setpriv").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to act as another user");
+        return;
+    }
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let d = daemon().arg("--socket-permissions").arg("666").start();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let job = Client::post(d.sock(), &set_limit(200_000));
+    assert_eq!(job.status, 200, "{}", job.body);
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            python,
+            "-c",
+        ])
+        .arg(CLIENT.replace("time.sleep(600)", ""))
+        .arg(d.sock())
+        .arg(set_limit(200_000))
+        .output()
+        .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.starts_with("409"),
+        "{line} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(d.power_limit(0, None), 200_000);
+    let again = Client::post(d.sock(), &set_limit(200_000));
+    assert_eq!(again.status, 200, "root may share a hold: {}", again.body);
 }

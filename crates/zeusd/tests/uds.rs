@@ -64,7 +64,7 @@ fn discover_and_time_shapes() {
     let d = start();
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&d.sock).unwrap().permissions().mode();
-    assert_eq!(mode & 0o777, 0o666, "default --socket-permissions");
+    assert_eq!(mode & 0o777, 0o660, "default --socket-permissions");
     let (st, body) = request(&d.sock, "GET", "/discover");
     assert_eq!(st, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
