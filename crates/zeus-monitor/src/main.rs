@@ -25,7 +25,10 @@
 //! (`ZEUS_NVML_LIB`), or the simulator (`ZEUS_GPU_BACKEND=sim`). Indices are visible indices
 //! (after `CUDA_VISIBLE_DEVICES`; the same as NVML's when it is unset).
 //!
-//! `serve` is dispatched on the first argument rather than as a clap subcommand: the logger's
+//! - `zeus-monitor unit [SERVE ARGS...]`: print a systemd unit that runs the exporter from this
+//!   binary's real path.
+//!
+//! `serve` (and `unit`) is dispatched on the first argument rather than as a clap subcommand: the logger's
 //! first positional is a file name, and a clap subcommand beside optional positionals would
 //! change how the reference form's errors read. (A log file literally named `serve` can be
 //! given as `./serve`.)
@@ -55,9 +58,55 @@ pub(crate) fn open_gpus() -> Result<zeus_core::device::Gpus, ExitCode> {
     })
 }
 
+/// `zeus-monitor unit [SERVE ARGS...]`: a systemd unit running this very binary's exporter
+/// (the console script `pip install` puts on PATH is a Python launcher; the unit names the
+/// binary in its real place), for /etc/systemd/system/zeus-monitor.service.
+fn unit(serve_args: Vec<String>) -> ExitCode {
+    let exe = match std::env::current_exe().and_then(|p| p.canonicalize()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("zeus-monitor: cannot find this binary's path: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let args = if serve_args.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", serve_args.join(" "))
+    };
+    print!(
+        "[Unit]
+Description=zeus-monitor: Prometheus exporter of GPU (and CPU) energy and power
+After=network.target
+
+[Service]
+Type=simple
+# Written by `zeus-monitor unit`. Reading GPU energy needs no privilege: a throwaway user.
+# CPU energy (RAPL) is readable by root only on current kernels: for it, replace
+# DynamicUser=yes with User=root.
+ExecStart={exe} serve{args}
+DynamicUser=yes
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+PrivateTmp=yes
+# The exporter caps each address at 64 connections and all at 768.
+LimitNOFILE=4096
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+",
+        exe = exe.display()
+    );
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "serve") {
         serve::main(std::env::args_os().skip(1))
+    } else if std::env::args_os().nth(1).is_some_and(|a| a == "unit") {
+        unit(std::env::args().skip(2).collect())
     } else {
         logger::main()
     }

@@ -22,6 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve the API.
     Serve(ServeArgs),
+    /// Print a systemd unit that runs this zeusd binary (as installed by `pip install`, in
+    /// its real place), for /etc/systemd/system/zeusd.service.
+    Unit(UnitArgs),
     /// Bearer tokens for a daemon started with --signing-key-path.
     Token {
         #[command(subcommand)]
@@ -193,4 +196,15 @@ mod tests {
         assert_eq!(parse_groups("gpu-read,cpu-read").unwrap().0.len(), 2);
         assert!(parse_groups("gpu-read,gpu-write").is_err());
     }
+}
+
+#[derive(clap::Args)]
+pub struct UnitArgs {
+    /// The group whose members may use the socket (its gid goes into the unit). Without it
+    /// only root can.
+    #[arg(long)]
+    pub socket_group: Option<String>,
+    /// Extra arguments for `zeusd serve` (for example --signing-key-path /etc/zeusd/key).
+    #[arg(last = true)]
+    pub serve_args: Vec<String>,
 }

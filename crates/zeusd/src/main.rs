@@ -36,7 +36,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::auth::{Claims, Signer};
-use crate::cli::{Cli, Command, Expires, IssueArgs, TokenCommand};
+use crate::cli::{Cli, Command, Expires, IssueArgs, TokenCommand, UnitArgs};
 
 fn issue(args: &IssueArgs) -> Result<String, String> {
     let signer = Signer::from_file(&args.signing_key_path)?;
@@ -51,12 +51,78 @@ fn issue(args: &IssueArgs) -> Result<String, String> {
     }))
 }
 
+/// The gid of group `name`, with the fix in the error when there is none.
+fn group_gid(name: &str) -> Result<u32, String> {
+    let c = std::ffi::CString::new(name).map_err(|_| format!("bad group name {name:?}"))?;
+    // SAFETY: getgrnam reads a NUL-terminated string; the result is read at once, before any
+    // other call that could reuse its static buffer.
+    let g = unsafe { libc::getgrnam(c.as_ptr()) };
+    if g.is_null() {
+        return Err(format!(
+            "no group {name:?} on this host: create it (groupadd {name}) and add the users who \
+             may change GPU settings (usermod -aG {name} <user>)"
+        ));
+    }
+    // SAFETY: non-null result of getgrnam.
+    Ok(unsafe { (*g).gr_gid })
+}
+
+/// A systemd unit running this very binary (a `pip install` puts it inside site-packages; the
+/// console script on PATH is a Python launcher, which a root unit should not depend on).
+fn unit(args: &UnitArgs) -> Result<String, String> {
+    let exe = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .map_err(|e| format!("cannot find this binary's path: {e}"))?;
+    let mut serve = vec![
+        "serve".to_string(),
+        "--mode uds".into(),
+        "--socket-path /run/zeusd/zeusd.sock".into(),
+        "--socket-permissions 660".into(),
+        "--state-dir /var/lib/zeusd".into(),
+    ];
+    if let Some(g) = &args.socket_group {
+        serve.push(format!("--socket-gid {}", group_gid(g)?));
+    }
+    serve.extend(args.serve_args.iter().cloned());
+    let access = match &args.socket_group {
+        Some(g) => format!("members of group {g}"),
+        None => "root only (zeusd unit --socket-group <group> admits a group)".into(),
+    };
+    Ok(format!(
+        "[Unit]
+Description=zeusd: GPU settings and CPU energy daemon (Zeus 0.16 zeusd API)
+After=network.target
+
+[Service]
+Type=simple
+# Written by `zeusd unit`. Socket: {access}.
+ExecStart={exe} {serve}
+RuntimeDirectory=zeusd
+RuntimeDirectoryMode=0755
+StateDirectory=zeusd
+StateDirectoryMode=0700
+# zeusd caps each client at 64 connections and all at 768; descriptors to spare for restores.
+LimitNOFILE=4096
+# SIGTERM lets zeusd put back every GPU setting it still holds before it exits.
+KillSignal=SIGTERM
+TimeoutStopSec=10
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+",
+        exe = exe.display(),
+        serve = serve.join(" "),
+    ))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Token {
             command: TokenCommand::Issue(args),
         } => issue(&args).map(|t| println!("{t}")),
+        Command::Unit(args) => unit(&args).map(|u| print!("{u}")),
         Command::Serve(args) => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -116,7 +116,19 @@ fn prepare_socket(args: &ServeArgs) -> Result<UnixListener, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(ctx("cannot remove the old socket", e)),
     }
-    let l = UnixListener::bind(path).map_err(|e| ctx("cannot listen on", e))?;
+    let l = UnixListener::bind(path).map_err(|e| {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        match parent {
+            Some(dir) if e.kind() == std::io::ErrorKind::NotFound && !dir.exists() => format!(
+                "cannot listen on {}: the directory {} does not exist: create it (sudo mkdir -p \
+                 {}) or run zeusd from the unit `zeusd unit` writes, which creates it",
+                path.display(),
+                dir.display(),
+                dir.display()
+            ),
+            _ => ctx("cannot listen on", e),
+        }
+    })?;
     if args.socket_uid.is_some() || args.socket_gid.is_some() {
         std::os::unix::fs::chown(path, args.socket_uid, args.socket_gid)
             .map_err(|e| ctx("cannot chown (--socket-uid/--socket-gid)", e))?;
