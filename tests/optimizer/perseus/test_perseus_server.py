@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 from zeus.optimizer.perseus.common import (  # noqa: E402
+    REGISTER_JOB_URL,
     PerseusSettings,
     load_prof,
     load_ranks,
@@ -203,6 +204,8 @@ def test_scheduler_value_error_is_400_for_every_rank(tmp_path):
         for resp in get_all(c, jid, range(2)).values():
             assert resp.status_code == 400
             assert "has plans for 1 ranks" in resp.json()["detail"]
+            # One line, no traceback: the server's install paths stay in its log.
+            assert "Traceback" not in resp.text and ".py" not in resp.json()["detail"]
 
 
 def test_point_solution_replays_json_plan(tmp_path):
@@ -330,3 +333,23 @@ def test_sigterm_with_a_pending_schedule_request_answers_503_and_exits(tmp_path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_bodies_over_the_limit_are_refused_unread(tmp_path):
+    """A body past `MAX_BODY_BYTES` is 413, declared (Content-Length) or streamed (chunked)."""
+    from zeus.optimizer.perseus.server import router
+
+    big = b"[" + b"0," * (router.MAX_BODY_BYTES // 2) + b"0]"
+    with make_client(tmp_path, "AllMaxFrequency") as c:
+        r = c.post(REGISTER_JOB_URL, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        assert str(router.MAX_BODY_BYTES) in r.json()["detail"]
+
+        def chunks():
+            for k in range(0, len(big), 1 << 20):
+                yield big[k : k + (1 << 20)]
+
+        r = c.post(REGISTER_JOB_URL, content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413, r.text
+        # Bodies under the limit work as before.
+        assert c.post(REGISTER_JOB_URL, json=job()).status_code == 200

@@ -49,9 +49,15 @@ class UnknownJobError(PerseusError):
 
 
 def _scheduler_error(e: BaseException) -> PerseusError:
-    """Scheduler failures reach every rank: `ValueError` as 400, anything else as 500."""
-    detail = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return PerseusError(400 if isinstance(e, ValueError) else 500, detail)
+    """Scheduler failures reach every rank: `ValueError` as 400, anything else as 500.
+
+    The answer says what failed, in one line; the traceback (with the server's install paths)
+    goes to the server's log only.
+    """
+    logger.error(
+        "Scheduler failed:\n%s", "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    )
+    return PerseusError(400 if isinstance(e, ValueError) else 500, f"{type(e).__name__}: {e}")
 
 
 @dataclass
