@@ -742,3 +742,45 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
+    tmp_path: Path,
+) -> None:
+    """Over TCP a hold lives as long as its lease: the client renews it while it holds anything
+    (before, a job lost its limit at the first lapse, 60 s in), and a SIGKILLed job's limit comes
+    back when the lease runs out."""
+    with running_zeusd(tmp_path, MODELS, "tcp", extra=("--tcp-lease-seconds", "3")) as daemon:
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from zeus.device import get_gpus\n"
+                "get_gpus().set_power_management_limit(0, 200_000)\n"
+                "print('set', flush=True)\n"
+                "sys.stdin.readline()\n",
+            ],
+            env=_client_env(tmp_path, **daemon.env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert job.stdout is not None
+            assert job.stdout.readline().strip() == "set"
+            # Four leases later the job still holds its limit.
+            held_until = time.monotonic() + 12
+            while time.monotonic() < held_until:
+                assert daemon.power_limits()[0] == 200_000, daemon.log()
+                time.sleep(0.5)
+            job.kill()
+            job.wait()
+            killed = time.monotonic()
+            while daemon.power_limits()[0] != 400_000:
+                assert time.monotonic() - killed < 4.5, daemon.log()
+                time.sleep(0.05)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()

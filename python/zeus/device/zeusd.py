@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
@@ -43,6 +44,9 @@ from zeus.device.exception import (
     ZeusGPUNotSupportedError,
     ZeusGPUUnknownError,
 )
+from zeus.util.logging import get_logger
+
+logger = get_logger(__name__)
 
 if TYPE_CHECKING:
     import httpx
@@ -182,6 +186,10 @@ class ZeusdConfig:
         headers = {}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token}"
+        if self.socket_path is None:
+            # Over TCP the daemon knows no pid: this names the process's lease, so that jobs
+            # on one host (one IP address) do not share, and renew, each other's holds.
+            headers["X-Zeusd-Client"] = _process_client_id()
         transport = httpx.HTTPTransport(uds=self.socket_path) if self.socket_path else None
         # trust_env=False: an HTTP(S)_PROXY meant for the internet must not carry the
         # daemon's requests (nor its token) through a proxy.
@@ -197,6 +205,24 @@ class ZeusdConfig:
         # Never print the token.
         token = ", token=<set>" if self.token is not None else ""
         return f"ZeusdConfig({self.variable}={self.endpoint!r}{token})"
+
+
+_client_id: Optional[tuple[int, str]] = None
+
+
+def _process_client_id() -> str:
+    """Name this process for the daemon's TCP leases.
+
+    Host, pid and a random part (a new one after a fork).
+    """
+    global _client_id
+    pid = os.getpid()
+    if _client_id is None or _client_id[0] != pid:
+        import secrets
+        import socket
+
+        _client_id = (pid, f"{socket.gethostname()}/{pid}/{secrets.token_hex(4)}")
+    return _client_id[1]
 
 
 def _ids(ids: Iterable[int], what: str = "GPU") -> str:
@@ -238,6 +264,7 @@ class ZeusdClient:
         self.purpose = purpose
         self._client: Optional[httpx.Client] = None
         self._lock = threading.Lock()
+        self._renewer: Optional[threading.Thread] = None
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdClient]:
@@ -380,6 +407,41 @@ class ZeusdClient:
 
     def _write(self, path: str, gpu_ids: Iterable[int], block: bool, **params: str) -> None:
         self._request("POST", path, {"gpu_ids": _ids(gpu_ids), **params, "block": _flag(block)})
+        if self.config.socket_path is None:
+            self._keep_lease()
+
+    def _keep_lease(self) -> None:
+        """Keep this process's TCP lease while it holds anything.
+
+        Over TCP a hold lasts as long as its lease: a daemon thread renews it at a third of the
+        lease while the daemon says this process holds anything (a SIGKILLed job stops
+        renewing, and the daemon restores its settings when the lease runs out).
+        """
+        with self._lock:
+            if self._renewer is not None and self._renewer.is_alive():
+                return
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="zeusd-lease", daemon=True
+            )
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        interval = 1.0
+        while True:
+            try:
+                answer = self._request("POST", "/client/renew_lease", {})
+            except ZeusBaseGPUError as e:  # a daemon without the endpoint, or unreachable
+                logger.debug("Cannot renew the zeusd lease: %s", e)
+                if isinstance(e, ZeusGPUNotSupportedError):
+                    return
+                time.sleep(interval)
+                continue
+            if not isinstance(answer, dict) or not answer.get("holds"):
+                return  # nothing held: the next write starts renewing again
+            lease = answer.get("lease_seconds")
+            if isinstance(lease, (int, float)) and lease > 0:
+                interval = max(0.2, float(lease) / 3.0)
+            time.sleep(interval)
 
     def _http(self) -> httpx.Client:
         with self._lock:
