@@ -53,7 +53,6 @@
 //! from reads as cheap as the ones above, reports failures through `health`, and goes into the
 //! `collectors` list in `serve::main`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -63,7 +62,7 @@ use prometheus::TextEncoder;
 use zeus_core::device::cpu::{Cpus, RaplZone};
 use zeus_core::device::settings::{ClockLocks, Journal, Kind, Original, Read};
 use zeus_core::device::{Clock, Gpu, Gpus, SystemClock};
-use zeus_core::monitor::sampler::{self, Lease, Mode, Sampler, ZoneLease};
+use zeus_core::monitor::sampler::{self, Lease, Mode, Sampler, ServedEnergy, ZoneLease};
 use zeus_core::monitor::stop::StopSignal;
 
 /// Content type of the text exposition format.
@@ -209,9 +208,7 @@ struct Exported {
     polls_instant: bool,
     has_average: bool,
     slow: Mutex<Slow>,
-    /// Bits of the largest energy (J) served so far; energies are non-negative, so the order of
-    /// their bit patterns is the order of the values.
-    served_j: AtomicU64,
+    served: ServedEnergy,
 }
 
 impl Exported {
@@ -233,14 +230,6 @@ impl Exported {
             clocks_mhz: self.gpu.current_clocks_mhz().ok(),
             locks,
         };
-    }
-
-    /// Energy to serve: never below what was served before.
-    fn monotonic(&self, joules: f64) -> f64 {
-        let prev = self
-            .served_j
-            .fetch_max(joules.max(0.0).to_bits(), Ordering::Relaxed);
-        f64::from_bits(prev).max(joules)
     }
 }
 
@@ -274,7 +263,7 @@ impl GpuCollector {
                 polls_instant,
                 has_average,
                 slow: Mutex::new(Slow::default()),
-                served_j: AtomicU64::new(0),
+                served: ServedEnergy::new(),
             });
         }
         let journal = Journal::default_location();
@@ -373,14 +362,7 @@ impl Collector for GpuCollector {
                 (None, None, None, 0.0, false)
             };
             if let Some(e) = edge {
-                // Through a fault, the low end of what the GPU may have drawn: the counter
-                // then never has to go back once readings return.
-                let j = if e.degraded {
-                    e.joules - e.hard
-                } else {
-                    e.joules
-                };
-                sample(&mut energy, &base, g.monotonic(j));
+                sample(&mut energy, &base, g.served.serve(&e));
             }
             let with_mode = |m: &'static str| {
                 let mut l = base.to_vec();

@@ -45,6 +45,8 @@ impl Group {
 /// What every handler shares.
 pub struct App {
     pub gpus: Gpus,
+    /// The sampler's cache of the GPUs with an energy counter (gpu-read enabled).
+    pub energy: Option<EnergyCache>,
     /// Who holds which setting; every power-limit and clock write goes through it.
     pub clients: Clients,
     pub cpus: CpuState,
@@ -58,6 +60,44 @@ pub struct App {
 }
 
 pub type Shared = Arc<App>;
+
+/// GPUs leased from the process's energy sampler, and what each has served.
+pub struct EnergyCache {
+    lease: zeus_core::monitor::sampler::Lease,
+    /// Daemon GPU index of each leased GPU, in lease order.
+    indices: Vec<usize>,
+    served: Vec<zeus_core::monitor::sampler::ServedEnergy>,
+}
+
+impl EnergyCache {
+    pub fn new(lease: zeus_core::monitor::sampler::Lease, indices: Vec<usize>) -> EnergyCache {
+        let served = indices
+            .iter()
+            .map(|_| zeus_core::monitor::sampler::ServedEnergy::new())
+            .collect();
+        EnergyCache {
+            lease,
+            indices,
+            served,
+        }
+    }
+
+    /// GPU `index`'s cumulative energy now (mJ) from the cache, if it has one yet and its model
+    /// fits the board (else the caller reads the counter).
+    pub fn energy_mj(&self, index: usize, now: f64) -> Option<u64> {
+        use zeus_core::monitor::sampler::Mode;
+        let k = self.indices.iter().position(|&i| i == index)?;
+        if !self.lease.is_current() || !self.lease.sampler_running() {
+            return None;
+        }
+        let edge = self.lease.watched(k).with_track(|t| {
+            (t.mode() == Mode::Cached && t.power_down_since().is_none())
+                .then(|| t.edge(now))
+                .flatten()
+        })?;
+        Some((self.served[k].serve(&edge) * 1000.0).round() as u64)
+    }
+}
 
 pub fn now_ms() -> u64 {
     SystemTime::now()

@@ -68,7 +68,7 @@ pub fn gpu_status(e: &GpuError) -> StatusCode {
 fn per_gpu_read(
     app: &App,
     params: &Params,
-    read: impl Fn(&dyn Gpu) -> Result<Value, GpuError>,
+    read: impl Fn(usize, &dyn Gpu) -> Result<Value, GpuError>,
 ) -> Result<Map<String, Value>, ReadError> {
     let ids = params
         .ids("gpu_ids", app.gpus.len(), false)
@@ -76,7 +76,7 @@ fn per_gpu_read(
     let mut out = Map::new();
     let mut errors = DeviceErrors::default();
     for i in ids {
-        match app.gpus.device(i).and_then(|d| read(d.as_ref())) {
+        match app.gpus.device(i).and_then(|d| read(i, d.as_ref())) {
             Ok(v) => {
                 out.insert(i.to_string(), v);
             }
@@ -113,31 +113,38 @@ fn answer(r: Result<Map<String, Value>, ReadError>) -> Response {
 }
 
 async fn get_power_limit(State(app): State<Shared>, params: Params) -> Response {
-    answer(per_gpu_read(&app, &params, |d| {
+    answer(per_gpu_read(&app, &params, |_, d| {
         Ok(json!({"power_limit_mw": d.power_management_limit()?}))
     }))
 }
 
 async fn get_power_limit_constraints(State(app): State<Shared>, params: Params) -> Response {
-    answer(per_gpu_read(&app, &params, |d| {
+    answer(per_gpu_read(&app, &params, |_, d| {
         let (lo, hi) = d.power_management_limit_constraints()?;
         Ok(json!({"min_power_limit_mw": lo, "max_power_limit_mw": hi}))
     }))
 }
 
 async fn get_cumulative_energy(State(app): State<Shared>, params: Params) -> Response {
-    answer(per_gpu_read(&app, &params, |d| {
+    answer(per_gpu_read(&app, &params, |index, d| {
         if !d.supports_total_energy_consumption()? {
             return Err(GpuError::NotSupported(
                 "this GPU has no cumulative energy counter (Volta or newer has one)".into(),
             ));
+        }
+        // From the sampler's cache (microseconds); the counter itself (3-6 ms of driver time
+        // on real GPUs) only before the cache has its first value or when its model does not
+        // fit the board.
+        let now = app.gpus.now();
+        if let Some(mj) = app.energy.as_ref().and_then(|c| c.energy_mj(index, now)) {
+            return Ok(json!({ "energy_mj": mj }));
         }
         Ok(json!({"energy_mj": d.total_energy_consumption()?}))
     }))
 }
 
 async fn get_persistence_mode(State(app): State<Shared>, params: Params) -> Response {
-    answer(per_gpu_read(&app, &params, |d| {
+    answer(per_gpu_read(&app, &params, |_, d| {
         Ok(json!({"enabled": d.persistence_mode()?}))
     }))
 }
@@ -152,7 +159,7 @@ pub fn power_mw(d: &dyn Gpu) -> Result<u32, GpuError> {
 }
 
 async fn get_power(State(app): State<Shared>, params: Params) -> Response {
-    match per_gpu_read(&app, &params, |d| Ok(json!(power_mw(d)?))) {
+    match per_gpu_read(&app, &params, |_, d| Ok(json!(power_mw(d)?))) {
         Ok(m) => Json(json!({"timestamp_ms": now_ms(), "power_mw": m})).into_response(),
         Err(e) => e.into_response(),
     }

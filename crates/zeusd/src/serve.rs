@@ -16,7 +16,7 @@ use zeus_core::device::settings::{restore_stale, Journal};
 use zeus_core::device::{BackendKind, Gpus, SystemClock};
 use zeus_http::{Bounded, Limits};
 
-use crate::app::{router, App, Group};
+use crate::app::{router, App, EnergyCache, Group};
 use crate::auth::Signer;
 use crate::cli::{Mode, ServeArgs};
 use crate::cpu::CpuState;
@@ -96,7 +96,34 @@ fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, Strin
             eprintln!("zeusd: startup: {line}");
         }
     }
+    // Cumulative energy is answered from the process's sampler cache (no 3-6 ms counter read
+    // per request): the GPUs with a counter are leased for the daemon's life. The sampler
+    // reads their counters within 0.5% of a core, as the exporter's does.
+    let energy = if enabled.contains(&Group::GpuRead) {
+        let mut with_counter = Vec::new();
+        for i in 0..gpus.len() {
+            let d = gpus.device(i).map_err(|e| format!("GPU {i}: {e}"))?;
+            if d.supports_total_energy_consumption().unwrap_or(false) {
+                with_counter.push((i, d.clone()));
+            }
+        }
+        if with_counter.is_empty() {
+            None
+        } else {
+            zeus_core::monitor::sampler::set_anchor_cpu_share(0.005);
+            let devices: Vec<_> = with_counter.iter().map(|(_, d)| d.clone()).collect();
+            let lease = zeus_core::monitor::sampler::Sampler::lease(&devices)
+                .map_err(|e| format!("starting the energy sampler: {e}"))?;
+            Some(EnergyCache::new(
+                lease,
+                with_counter.iter().map(|(i, _)| *i).collect(),
+            ))
+        }
+    } else {
+        None
+    };
     Ok(App {
+        energy,
         clients,
         gpus,
         cpus,

@@ -680,6 +680,36 @@ impl Drop for Lease {
     }
 }
 
+/// A GPU's cumulative energy as a server hands it out (the exporter's counter, zeusd's
+/// `get_cumulative_energy`): from the sampler's cache, with no driver call; through a fault,
+/// the low end of what the GPU may have drawn; and never below a value already served, so a
+/// counter never goes back when a new anchor corrects an extrapolation.
+#[derive(Debug, Default)]
+pub struct ServedEnergy {
+    /// Bits of the largest energy (J) served so far; energies are non-negative, so the order
+    /// of their bit patterns is the order of the values.
+    served_j: AtomicU64,
+}
+
+impl ServedEnergy {
+    pub fn new() -> ServedEnergy {
+        ServedEnergy::default()
+    }
+
+    /// The energy (J) to serve for `edge` (the track's estimate now).
+    pub fn serve(&self, edge: &Edge) -> f64 {
+        let j = if edge.degraded {
+            edge.joules - edge.hard
+        } else {
+            edge.joules
+        };
+        let prev = self
+            .served_j
+            .fetch_max(j.max(0.0).to_bits(), Ordering::Relaxed);
+        f64::from_bits(prev).max(j)
+    }
+}
+
 /// A user's hold on some RAPL zones, in the order given to [`Sampler::lease_zones`].
 pub struct ZoneLease {
     sampler: Arc<Sampler>,
