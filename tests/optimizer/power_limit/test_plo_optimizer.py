@@ -64,9 +64,28 @@ def test_non_uniform_ranges_are_refused(sim_gpus) -> None:  # noqa: ANN001
 
 def test_no_permission_is_a_runtime_error_mentioning_sys_admin(sim_gpus, journal_dir) -> None:  # noqa: ANN001
     gpus = sim_gpus("A40", privileged=False)
-    with pytest.raises(RuntimeError, match="SYS_ADMIN"):
+    with pytest.raises(RuntimeError, match="SYS_ADMIN") as info:
         GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
+    # The way out for an unprivileged job is named too: the daemon.
+    assert "zeusd" in str(info.value) and "ZEUSD_SOCK_PATH" in str(info.value)
     assert _core.journal_entries(journal_dir) == []
+
+
+def test_behind_zeusd_the_daemons_reason_comes_first(sim_gpus) -> None:  # noqa: ANN001
+    """A refusal by the daemon (a missing token) is not a privilege problem of the process."""
+    from zeus.device.exception import ZeusGPUNoPermissionError
+    from zeus.optimizer.power_limit.optimizer import _no_permission_message
+
+    class BehindDaemon:
+        zeusd = object()
+
+    error = ZeusGPUNoPermissionError(
+        "zeusd at /run/zeusd/zeusd.sock: POST /gpu/set_persistence_mode failed (HTTP 401): "
+        "missing token (the daemon requires a token and ZEUSD_TOKEN is not set)"
+    )
+    message = _no_permission_message(BehindDaemon(), error)
+    assert message.startswith("zeusd refused"), message
+    assert "ZEUSD_TOKEN is not set" in message and "SYS_ADMIN" not in message
 
 
 def test_limits_never_go_below_the_minimum(sim_gpus) -> None:  # noqa: ANN001

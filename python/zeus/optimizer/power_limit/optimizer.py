@@ -107,6 +107,20 @@ def _all_reduce_measurement(energy: float, time: float) -> tuple[float, float]:
     return float(e.item()), float(t.item())
 
 
+def _no_permission_message(gpus: Any, error: Exception) -> str:
+    """Why GPU settings cannot be changed, the real cause first, and the ways out."""
+    if getattr(gpus, "zeusd", None) is not None:
+        # The daemon answered: its reason (a missing or rejected token, a disabled API group)
+        # is the cause, not this process's privileges.
+        return f"zeusd refused to change GPU settings: {error}"
+    return (
+        "Changing GPU power limits needs root (SYS_ADMIN), which this process does not have. "
+        "Run it as root; or let zeusd, the privileged daemon, make the changes for it "
+        "(`zeusd unit` installs it; then set ZEUSD_SOCK_PATH, see docs/zeusd.md); or, in a "
+        f"Docker container, start it with --cap-add SYS_ADMIN. ({error})"
+    )
+
+
 class GlobalPowerLimitOptimizer(Callback):
     """Finds the optimal GPU power limit while training runs, then trains at it.
 
@@ -189,11 +203,7 @@ class GlobalPowerLimitOptimizer(Callback):
         except ZeusGPUNotSupportedError as e:
             logger.warning("Cannot enable persistence mode (%s); continuing without it.", e)
         except ZeusGPUNoPermissionError as e:
-            raise RuntimeError(
-                "SYS_ADMIN capability is required to modify GPU power limits. Using "
-                "--cap-add SYS_ADMIN when running the Docker container is the easiest way "
-                f"to do this. ({e})"
-            ) from e
+            raise RuntimeError(_no_permission_message(self.gpus, e)) from e
 
         self.guard = SettingsGuard(self.gpus)
         self._current_mw = 0
