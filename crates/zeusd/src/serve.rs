@@ -50,6 +50,15 @@ fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, Strin
             Arc::new(SystemClock),
         )
     };
+    if gpus.backend() == BackendKind::Sim
+        && std::env::var_os("ZEUS_SIM_SHARED").is_none_or(|v| v.is_empty())
+    {
+        eprintln!(
+            "zeusd: warning: serving simulated GPUs that only this daemon sees: a job reads its \
+             own simulated GPUs, not these, so it would not see the daemon's writes. Start both \
+             with ZEUS_SIM_SHARED=<file> to share them"
+        );
+    }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if enabled.contains(&Group::GpuControl) && gpus.backend() == BackendKind::Nvml && !root {

@@ -268,3 +268,26 @@ fn write_log_names_the_tcp_address() {
         "{log}"
     );
 }
+
+/// Simulated GPUs no other process can see: the daemon says so (a job would read its own
+/// copy and never see the daemon's writes); shared through ZEUS_SIM_SHARED, it does not.
+#[test]
+fn private_simulated_gpus_are_warned_about() {
+    let d = daemon().start();
+    assert!(
+        d.stderr().contains("only this daemon sees"),
+        "{}",
+        d.stderr()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("sim-gpus");
+    let d = daemon()
+        .env("ZEUS_SIM_CLOCK", "real")
+        .env("ZEUS_SIM_SHARED", shared.to_str().unwrap())
+        .start();
+    assert!(
+        !d.stderr().contains("only this daemon sees"),
+        "{}",
+        d.stderr()
+    );
+}
