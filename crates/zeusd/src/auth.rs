@@ -86,6 +86,18 @@ impl Signer {
     pub fn from_file(path: &Path) -> Result<Signer, String> {
         let mut key = std::fs::read(path)
             .map_err(|e| format!("cannot read signing key {}: {e}", path.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(path) {
+            let mode = m.permissions().mode();
+            if mode & 0o077 != 0 {
+                eprintln!(
+                    "zeusd: warning: signing key {} is readable by other users (mode {:o}): \
+                     anyone who reads it can issue tokens; chmod 600 it",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+        }
         if key.last() == Some(&b'\n') {
             key.pop();
             if key.last() == Some(&b'\r') {
@@ -144,6 +156,24 @@ impl Signer {
             ))?;
         if claims.exp.is_some_and(|exp| exp <= now) {
             return Err(TokenError::Expired);
+        }
+        // As upstream zeusd does: a scope this daemon does not know, or an audience (a token
+        // minted for some other service), is refused rather than ignored.
+        if claims
+            .scopes
+            .iter()
+            .any(|sc| Group::from_name(sc).is_none())
+        {
+            return Err(TokenError::Malformed("a scope this daemon does not know"));
+        }
+        let raw: Option<Value> = URL_SAFE_NO_PAD
+            .decode(b)
+            .ok()
+            .and_then(|v| serde_json::from_slice(&v).ok());
+        if raw.as_ref().is_some_and(|v| v.get("aud").is_some()) {
+            return Err(TokenError::Malformed(
+                "an aud claim (a token for another service)",
+            ));
         }
         Ok(claims)
     }
@@ -265,6 +295,35 @@ mod tests {
         assert_eq!(s.verify(&t, 100), Err(TokenError::Expired));
         let t = s.issue(&claims(None));
         assert_eq!(s.verify(&t, u64::MAX), Ok(claims(None)));
+    }
+
+    /// A token over any JSON claims, signed with `s`'s key.
+    fn sign_raw(s: &Signer, claims: &Value) -> String {
+        let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+        let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap());
+        let input = format!("{header}.{body}");
+        let mut mac = s.mac();
+        mac.update(input.as_bytes());
+        let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+        format!("{input}.{sig}")
+    }
+
+    /// As upstream zeusd: unknown scopes and audiences are refused, not ignored.
+    #[test]
+    fn unknown_scopes_and_audiences_are_refused() {
+        let s = signer();
+        let unknown = sign_raw(&s, &json!({"sub": "a", "scopes": ["gpu-read", "root"]}));
+        assert!(matches!(
+            s.verify(&unknown, 0),
+            Err(TokenError::Malformed(_))
+        ));
+        let aud = sign_raw(
+            &s,
+            &json!({"sub": "a", "scopes": ["gpu-read"], "aud": "other"}),
+        );
+        assert!(matches!(s.verify(&aud, 0), Err(TokenError::Malformed(_))));
+        let fine = sign_raw(&s, &json!({"sub": "a", "scopes": ["gpu-read"]}));
+        assert!(s.verify(&fine, 0).is_ok());
     }
 
     #[test]

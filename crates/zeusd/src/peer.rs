@@ -125,13 +125,42 @@ impl Caller {
     }
 }
 
-/// One line on stderr per write: UTC time, peer, token subject, target, result.
+/// One line on stderr per write: UTC time, peer, token subject, target, result. What a client
+/// chose (its token's subject, the target) has its control characters escaped, so a subject
+/// with a newline cannot forge a line of the log.
 pub fn log_write(peer: &Peer, subject: Option<&str>, target: &str, result: &str) {
-    let sub = subject.unwrap_or("-");
+    let sub = one_line(subject.unwrap_or("-"));
     eprintln!(
-        "{} zeusd write {peer} sub={sub} {target} -> {result}",
-        utc_now()
+        "{} zeusd write {peer} sub={sub} {} -> {}",
+        utc_now(),
+        one_line(target),
+        one_line(result)
     );
+}
+
+/// `s` with control characters (newlines, escapes) written as `\u{..}` escapes.
+pub fn one_line(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod log_tests {
+    #[test]
+    fn control_characters_cannot_break_a_log_line() {
+        let forged = "alice\n2026-01-01T00:00:00.000Z zeusd write uid=0 sub=root";
+        let line = super::one_line(forged);
+        assert!(!line.contains('\n'));
+        assert!(line.starts_with("alice\\u{a}2026"), "{line}");
+        assert_eq!(super::one_line("plain subject"), "plain subject");
+    }
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.

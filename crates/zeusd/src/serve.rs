@@ -147,10 +147,21 @@ fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, Strin
 fn prepare_socket(args: &ServeArgs) -> Result<UnixListener, String> {
     let path: &Path = &args.socket_path;
     let ctx = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
+    // Only an old socket is replaced: a --socket-path naming any other file is a mistake
+    // (root would delete whatever it names).
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|e| ctx("cannot remove the old socket", e))?
+        }
+        Ok(_) => {
+            return Err(format!(
+                "--socket-path {} exists and is not a socket; refusing to replace it",
+                path.display()
+            ))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(ctx("cannot remove the old socket", e)),
+        Err(e) => return Err(ctx("cannot inspect", e)),
     }
     let l = UnixListener::bind(path).map_err(|e| {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
@@ -246,10 +257,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             let l = TcpListener::bind(&args.tcp_bind_address)
                 .await
                 .map_err(|e| format!("cannot listen on {}: {e}", args.tcp_bind_address))?;
-            eprintln!(
-                "zeusd: listening on {} (groups {groups:?}, auth {auth})",
-                args.tcp_bind_address
-            );
+            // The address bound, not the one asked for: port 0 picks a free port.
+            let bound = l
+                .local_addr()
+                .map_or_else(|_| args.tcp_bind_address.clone(), |a| a.to_string());
+            eprintln!("zeusd: listening on {bound} (groups {groups:?}, auth {auth})");
             let l = Bounded::new(l, connection_limits(), "zeusd");
             let server = axum::serve(l, routes.into_make_service_with_connect_info::<Peer>())
                 .with_graceful_shutdown(shutdown);

@@ -291,3 +291,57 @@ fn private_simulated_gpus_are_warned_about() {
         d.stderr()
     );
 }
+
+#[test]
+fn a_socket_path_naming_a_regular_file_is_refused_and_the_file_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, b"keep").unwrap();
+    let out = daemon()
+        .command(dir.path())
+        .args(["--mode", "uds", "--socket-path"])
+        .arg(&precious)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert_eq!(std::fs::read(&precious).unwrap(), b"keep");
+}
+
+#[test]
+fn port_zero_logs_the_port_bound_and_a_readable_key_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = daemon()
+        .auth()
+        .command(dir.path())
+        .args(["--mode", "tcp", "--tcp-bind-address", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(err));
+    let mut seen = Vec::new();
+    let listening = loop {
+        let line = lines.next().expect("zeusd exited").unwrap();
+        seen.push(line.clone());
+        if line.contains("listening on") {
+            break line;
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!listening.contains("127.0.0.1:0 "), "{listening}");
+    let port: u16 = listening
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    assert_ne!(port, 0, "{listening}");
+    // The test's key file is 0644.
+    assert!(
+        seen.iter().any(|l| l.contains("readable by other users")),
+        "{seen:?}"
+    );
+}
