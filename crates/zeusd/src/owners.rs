@@ -247,8 +247,16 @@ impl Clients {
     }
 
     /// Renew the lease `key` if it has a client; its new expiry.
+    ///
+    /// Called from the auth gate on the async workers: it never waits for the state (a write
+    /// in progress holds it across driver calls and the journal's lock). When busy, this
+    /// renewal is skipped; the client's next request, or its renewal thread, renews.
     pub fn renew(&self, key: &str) -> Option<Instant> {
-        let mut st = self.lock();
+        let mut st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
         let c = st.get_mut(&ClientKey::Lease(key.to_string()))?;
         let e = Instant::now() + self.lease;
         c.expires = Some(e);
