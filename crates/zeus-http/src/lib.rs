@@ -175,14 +175,15 @@ impl<L> Bounded<L> {
         if full || c.open.len() >= self.limits.total {
             // Make room: the longest idle of this client's connections (or anyone's, at the
             // total), if it has been idle long enough not to be in the middle of something.
+            // Ties (connections idle since the same millisecond) go to the oldest.
             let victim = c
                 .open
-                .values()
-                .filter(|x| !x.evicted.load(Ordering::Relaxed))
-                .filter(|x| !full || x.client == client)
-                .filter(|x| now.saturating_sub(x.last.load(Ordering::Relaxed)) >= evictable)
-                .min_by_key(|x| x.last.load(Ordering::Relaxed))
-                .cloned();
+                .iter()
+                .filter(|(_, x)| !x.evicted.load(Ordering::Relaxed))
+                .filter(|(_, x)| !full || x.client == client)
+                .filter(|(_, x)| now.saturating_sub(x.last.load(Ordering::Relaxed)) >= evictable)
+                .min_by_key(|(id, x)| (x.last.load(Ordering::Relaxed), **id))
+                .map(|(_, x)| x.clone());
             if c.warned.insert(client) {
                 eprintln!(
                     "{}: {client} has {mine} connections open ({} in all); its longest idle \
@@ -389,7 +390,11 @@ mod tests {
         // The silent ones are closed once idle, and the uid gets its allowance back.
         for s in &mut silent {
             let mut b = [0u8; 1];
-            assert_eq!(s.read(&mut b).await.unwrap_or(0), 0);
+            let read = tokio::time::timeout(Duration::from_secs(30), s.read(&mut b)).await;
+            assert_eq!(
+                read.expect("an idle connection stayed open").unwrap_or(0),
+                0
+            );
         }
         while !lock(&counts).open.is_empty() {
             tokio::task::yield_now().await;
@@ -426,11 +431,8 @@ mod tests {
         // At the cap, a request still gets its answer: the oldest silent connection goes.
         assert!(get(&path).await.unwrap().contains("ok"));
         let mut b = [0u8; 1];
-        assert_eq!(
-            silent[0].read(&mut b).await.unwrap_or(0),
-            0,
-            "the oldest was closed"
-        );
+        let read = tokio::time::timeout(Duration::from_secs(30), silent[0].read(&mut b)).await;
+        assert_eq!(read.expect("the oldest was not closed").unwrap_or(0), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
