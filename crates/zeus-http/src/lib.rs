@@ -355,24 +355,33 @@ mod tests {
         Ok(out)
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_client_at_its_cap_does_not_crowd_out_the_server_and_idle_ones_go() {
-        let dir = std::env::temp_dir().join(format!("zeus-http-test-{}", std::process::id()));
+    /// The test app served on a fresh socket with `limits`: its directory, socket path, and
+    /// the listener's counts.
+    fn serve(
+        name: &str,
+        limits: Limits,
+    ) -> (std::path::PathBuf, std::path::PathBuf, Arc<Mutex<Counts>>) {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.sock");
         let _ = std::fs::remove_file(&path);
-        let l = Bounded::new(
-            UnixListener::bind(&path).unwrap(),
+        let l = Bounded::new(UnixListener::bind(&path).unwrap(), limits, "test");
+        let counts = l.counts.clone();
+        tokio::spawn(async move { axum::serve(l, app()).await.unwrap() });
+        (dir, path, counts)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_at_its_cap_does_not_crowd_out_the_server_and_idle_ones_go() {
+        let (dir, path, counts) = serve(
+            "zeus-http-test",
             Limits {
                 per_client: 8,
                 total: 100,
                 idle: Duration::from_millis(500),
                 evict_after: Duration::from_secs(3600),
             },
-            "test",
         );
-        let counts = l.counts.clone();
-        tokio::spawn(async move { axum::serve(l, app()).await.unwrap() });
         // Eight silent connections: this uid's allowance.
         let mut silent = Vec::new();
         for _ in 0..8 {
@@ -405,22 +414,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_newcomer_displaces_the_longest_idle_connection_of_its_client() {
-        let dir = std::env::temp_dir().join(format!("zeus-http-evict-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.sock");
-        let _ = std::fs::remove_file(&path);
-        let l = Bounded::new(
-            UnixListener::bind(&path).unwrap(),
+        let (dir, path, counts) = serve(
+            "zeus-http-evict",
             Limits {
                 per_client: 4,
                 total: 100,
                 idle: Duration::from_secs(3600),
                 evict_after: Duration::ZERO,
             },
-            "test",
         );
-        let counts = l.counts.clone();
-        tokio::spawn(async move { axum::serve(l, app()).await.unwrap() });
         let mut silent = Vec::new();
         for k in 0..4 {
             silent.push(UnixStream::connect(&path).await.unwrap());

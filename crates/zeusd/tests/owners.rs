@@ -354,6 +354,21 @@ fn sigterm_restores_what_live_clients_hold() {
     assert!(d.stderr().contains("daemon stopping"), "{}", d.stderr());
 }
 
+/// The Python that uid 65534 can run through `setpriv` (not one installed under root's home,
+/// as pyenv's is); `None` unless this test runs as root with `setpriv` at hand.
+fn other_users_python() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || Command::new("setpriv").arg("--help").output().is_err() {
+        return None;
+    }
+    Some(if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    })
+}
+
 const FLOOD: &str = r#"
 import resource, socket, sys, time
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -375,16 +390,9 @@ time.sleep(600)
 /// second (each uid holds at most 64 connections; the rest are closed at once).
 #[test]
 fn silent_connections_from_another_user_stall_no_one() {
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || Command::new("setpriv").arg("--help").output().is_err() {
+    let Some(python) = other_users_python() else {
         eprintln!("skipped: needs root and setpriv to act as another user");
         return;
-    }
-    // The other user cannot run a Python installed under root's home (pyenv): the system one.
-    let python = if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
     };
     // The socket open to every local user (upstream's default): the attacker can connect.
     let d = daemon()
@@ -438,15 +446,9 @@ fn silent_connections_from_another_user_stall_no_one() {
 /// is refused. Root may share a hold.
 #[test]
 fn another_user_cannot_join_a_hold() {
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || Command::new("setpriv").arg("--help").output().is_err() {
+    let Some(python) = other_users_python() else {
         eprintln!("skipped: needs root and setpriv to act as another user");
         return;
-    }
-    let python = if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
     };
     let d = daemon().arg("--socket-permissions").arg("666").start();
     use std::os::unix::fs::PermissionsExt;
