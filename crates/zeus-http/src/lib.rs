@@ -280,7 +280,12 @@ impl<Io> Guarded<Io> {
 
     /// Idle too long, or closed to make room: registers `cx` to be woken for either.
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
-        *lock(&self.slot.conn.waker) = Some(cx.waker().clone());
+        {
+            let mut w = lock(&self.slot.conn.waker);
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
         self.slot.conn.evicted.load(Ordering::Relaxed) || self.timer.as_mut().poll(cx).is_ready()
     }
 }
