@@ -212,8 +212,10 @@ pub struct LagFit {
     pub beyond_range: bool,
     /// Whether the score depends on the lag at all (it does only where the power changed).
     pub informative: bool,
-    /// The score of every lag tried, a millisecond apart from 0.
+    /// The score of every lag tried, a millisecond apart from `lag_min`.
     pub scores: Vec<f64>,
+    /// The shortest lag tried (s).
+    pub lag_min: f64,
 }
 
 impl LagFit {
@@ -221,7 +223,7 @@ impl LagFit {
     /// not reject).
     pub fn accepts(&self, lag: f64) -> bool {
         let best = self.scores.iter().copied().fold(f64::INFINITY, f64::min);
-        let k = (lag / 0.001).round().max(0.0) as usize;
+        let k = ((lag - self.lag_min) / 0.001).round().max(0.0) as usize;
         self.scores.get(k).is_some_and(|&s| s <= best * 1.3 + 1e-4)
     }
 }
@@ -234,26 +236,32 @@ pub struct LagRead {
     pub joules: f64,
 }
 
-/// Find the lag in `[0, lag_max]` that best explains `reads` on `grid`, given `integral(a, b)`,
-/// the power model's energy over `[a, b]` (not finite where the model does not know it).
+/// Find the lag in `[lag_min, lag_max]` that best explains `reads` on `grid`, given
+/// `integral(a, b)`, the power model's energy over `[a, b]` (not finite where the model does not
+/// know it).
+///
+/// The lag is measured against `grid` as fitted, which places publishes by the reads'
+/// midpoints; where within its 3.5-6 ms a read takes the value is the driver's business, so the
+/// fitted grid may sit a few milliseconds off the board's publishes either way, and the lag
+/// that absorbs that offset may be a little negative (`lag_min < 0`).
 pub fn fit_lag(
     reads: &[LagRead],
     grid: &Grid,
-    lag_max: f64,
+    (lag_min, lag_max): (f64, f64),
     integral: &dyn Fn(f64, f64) -> f64,
 ) -> Option<LagFit> {
     if reads.len() < 4 {
         return None;
     }
     let step = 0.001;
-    let n = (lag_max / step).round() as usize + 1;
+    let n = ((lag_max - lag_min) / step).round() as usize + 1;
     let described = |r: &LagRead, lag: f64| grid.at_or_before((r.before + r.after) / 2.0) - lag;
     let margin = grid.phase_err + 0.0005;
     let straddles =
         |r: &LagRead| grid.at_or_before(r.before - margin) != grid.at_or_before(r.after + margin);
     let scores: Vec<f64> = (0..n)
         .map(|k| {
-            let lag = k as f64 * step;
+            let lag = lag_min + k as f64 * step;
             let mut total = 0.0;
             let mut count = 0.0;
             for w in reads.windows(2) {
@@ -305,7 +313,7 @@ pub fn fit_lag(
     while hi + 1 < n && scores[hi + 1] <= tol {
         hi += 1;
     }
-    let lag = (lo + hi) as f64 / 2.0 * step;
+    let lag = lag_min + (lo + hi) as f64 / 2.0 * step;
     let lag_err = (hi - lo + 1) as f64 * step / 2.0;
     // Informative when the worst lag fits clearly worse than the best one and the lags that
     // fit are few.
@@ -324,6 +332,7 @@ pub fn fit_lag(
         beyond_range,
         informative,
         scores,
+        lag_min,
     })
 }
 
@@ -404,7 +413,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let fit = fit_lag(&reads, &grid, 0.1, &integral).unwrap();
+            let fit = fit_lag(&reads, &grid, (-0.005, 0.1), &integral).unwrap();
             assert!(fit.informative);
             assert!(
                 (fit.lag - true_lag).abs() <= fit.lag_err + 0.001 && fit.lag_err < 0.01,
@@ -424,7 +433,7 @@ mod tests {
                 }
             })
             .collect();
-        let fit = fit_lag(&reads, &grid, 0.1, &flat).unwrap();
+        let fit = fit_lag(&reads, &grid, (-0.005, 0.1), &flat).unwrap();
         assert!(!fit.informative, "{fit:?}");
     }
 }

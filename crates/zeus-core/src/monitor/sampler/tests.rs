@@ -881,6 +881,12 @@ fn run_boards_with(
         if only.is_some_and(|k| k != done) {
             continue;
         }
+        if only.is_some() {
+            eprintln!(
+                "board {spec:?} seed {} windows {windows:?}",
+                seed * 1000 + done as u64
+            );
+        }
         for o in measure(&mut h, &windows, LoadPattern::EdgeSteps) {
             if only.is_some() {
                 eprintln!(
@@ -889,6 +895,12 @@ fn run_boards_with(
                     100.0 * (o.user.joules - o.truth) / o.truth,
                     o.settled.joules, o.settled.bound,
                     100.0 * (o.settled.joules - o.truth) / o.truth
+                );
+            }
+            if std::env::var("MISSES").is_ok() && (o.user.joules - o.truth).abs() > o.user.bound {
+                eprintln!(
+                    "miss board {done} {spec:?} len {:.2} truth {:.1} user {:.1} ±{:.1} settled {:.1} ±{:.1}",
+                    o.len, o.truth, o.user.joules, o.user.bound, o.settled.joules, o.settled.bound
                 );
             }
             let rule = if o.len >= 1.0 { 0.01 } else { 0.03 };
@@ -934,13 +946,15 @@ fn bound_figures(v: &[(f64, f64, f64, f64)]) -> (f64, f64, f64, f64) {
 #[test]
 #[ignore]
 fn survey_acceptance() {
-    let configs = if std::env::var("FIRST").is_ok() {
-        vec![(false, false)]
-    } else {
-        vec![(false, false), (true, false), (false, true)]
+    let configs = match std::env::var("CONFIG").as_deref() {
+        Ok("first") => vec![(false, false)],
+        Ok("starve") => vec![(true, false)],
+        Ok("lagging") => vec![(false, true)],
+        _ => vec![(false, false), (true, false), (false, true)],
     };
+    let seed = std::env::var("SEED").map_or(5, |v| v.parse().unwrap());
     for (starve, lagging) in configs {
-        let run = run_boards(5, 24, starve, lagging);
+        let run = run_boards(seed, 24, starve, lagging);
         eprintln!(
             "starve {starve} lagging {lagging}: {} failures",
             run.failures.len()
@@ -1195,6 +1209,44 @@ fn a_counter_reset_inside_a_window_counts_no_negative_energy() {
             (o.settled.joules - o.truth).abs() <= 0.01 * o.truth,
             "{o:?}"
         );
+    }
+}
+
+/// A counter without lag on the power grid (50 ms, sampled powers, no noise), whose value the
+/// driver takes at the end of its 3.5 ms read: the grid fitted by the reads' midpoints sits
+/// early, and the lag that absorbs that is negative. Before the lag could go below zero, the
+/// described moments stayed early, and windows missed their bounds by a few joules at 650 W.
+#[test]
+fn a_counter_read_late_in_its_call_is_placed_by_a_negative_lag() {
+    let spec = BoardSpec {
+        power_ms: 50.0,
+        counter_ms: 50.0,
+        lag_ms: 0.0,
+        noise: 0.0,
+        instant: false,
+        average_ms: 0.0,
+        resolution_mj: 1,
+    };
+    // The windows of the library-level test that found it (tests/monitor/test_faults.py).
+    let lens = [0.5, 1.2, 0.3, 1.5, 0.8, 1.0];
+    let windows: Vec<(f64, f64)> = lens.iter().chain(&lens).map(|&l| (0.3, l)).collect();
+    for seed in 1..=4 {
+        let mut h = Harness::new(spec, seed, false);
+        let out = measure(&mut h, &windows, LoadPattern::EdgeSteps);
+        let s = h.w[0].with_track(|t| *t.schedule());
+        assert!(
+            s.lag_known && s.lag < 0.0 && s.lag > track::LAG_MIN,
+            "seed {seed}: {s:?}"
+        );
+        // The first window is made while the lag is still a guess.
+        for o in &out[1..] {
+            for (what, e) in [("at end", o.at_end), ("settled", o.settled)] {
+                assert!(
+                    (e.joules - o.truth).abs() <= e.bound,
+                    "seed {seed}, {what}: {o:?} ({s:?})"
+                );
+            }
+        }
     }
 }
 

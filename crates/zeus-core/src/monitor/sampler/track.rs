@@ -55,6 +55,10 @@ const LOOK_LATE: f64 = 0.010;
 const HINT_TOLERANCE: f64 = 2.0 * POLL_STEP;
 /// The longest counter lag the calibration searches.
 pub const LAG_MAX: f64 = 0.100;
+/// The shortest: a little negative, since the lag is measured against the grid as fitted from
+/// the reads' midpoints, and a driver that takes the value late in its 3.5-6 ms read puts that
+/// grid early by up to half a read (see [`fit::fit_lag`]).
+pub const LAG_MIN: f64 = -0.005;
 
 /// The longest lag the counter's steps at window edges may show (s); one there or beyond is
 /// outside what the sampler calibrates.
@@ -72,6 +76,8 @@ const REFIT_EVERY: u32 = 16;
 pub const Z95: f64 = 1.96;
 /// Residuals kept per kind for the bound and the self-check.
 const RESIDUALS: usize = 24;
+/// Readings the power floor looks back over.
+const FLOOR_TICKS: usize = 600;
 
 /// A power reading that changed (or an update that was due and showed the same value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -268,6 +274,10 @@ pub struct Track {
     mode_reason: String,
     /// The board's highest power (W): its maximum power limit, for hard bounds.
     max_power_w: f64,
+    /// The highest reading seen (W), and the lowest of the last [`FLOOR_TICKS`]: kept as ticks
+    /// come, since the bounds ask for them per tick of the model.
+    seen_max_w: f64,
+    recent_min_w: f64,
     /// The counter's resolution (J): the greatest common divisor of its values in mJ.
     resolution_j: f64,
     resolution_mj: u64,
@@ -372,6 +382,8 @@ impl Track {
             mode: Mode::Cached,
             mode_reason: String::new(),
             max_power_w: 0.0,
+            seen_max_w: 0.0,
+            recent_min_w: f64::INFINITY,
             resolution_j: 0.001,
             resolution_mj: 0,
         }
@@ -727,6 +739,14 @@ impl Track {
             k.index + ((tick.t - k.t) / self.period).round().max(1.0) as i64
         });
         self.ticks.push_back(tick);
+        self.seen_max_w = self.seen_max_w.max(tick.watts);
+        let n = self.ticks.len();
+        self.recent_min_w = self
+            .ticks
+            .iter()
+            .skip(n.saturating_sub(FLOOR_TICKS))
+            .map(|k| k.watts)
+            .fold(f64::INFINITY, f64::min);
         if !self.schedule.fitted && tick.seen {
             // The guess until calibrated: publishes a prior lag after each power update.
             self.schedule.grid = Grid {
@@ -956,6 +976,13 @@ impl Track {
                     if !self.schedule.lag_known {
                         self.schedule.lag = self.on_grid_lag();
                     }
+                } else if self.schedule.lag_known {
+                    // The same grid, its phase moved by a millisecond or two: the moment each
+                    // value describes (publish minus lag) is what the lag was measured as, so
+                    // the lag moves with the phase until the data say otherwise.
+                    let p = g.grid.period;
+                    let d = (g.grid.phase - was.phase + p / 2.0).rem_euclid(p) - p / 2.0;
+                    self.schedule.lag = (self.schedule.lag + d).clamp(LAG_MIN, LAG_MAX);
                 }
                 self.schedule.fitted = true;
             }
@@ -1002,7 +1029,7 @@ impl Track {
         // Stretches the model only guesses at would pull the lag to wherever it hides the
         // guess's miss: pairs of reads across them say nothing about the lag.
         let unknown = self.unknown_stretches();
-        let fitted = fit::fit_lag(&reads[from..], &grid, LAG_MAX, &|a, b| {
+        let fitted = fit::fit_lag(&reads[from..], &grid, (LAG_MIN, LAG_MAX), &|a, b| {
             if unknown.iter().any(|&(x, y)| x < b && y > a) {
                 f64::NAN
             } else {
@@ -1141,7 +1168,7 @@ impl Track {
         let spread = 1.5 * dev[dev.len() / 2] + 0.002;
         // The step shows `median` late on the anchors' axis: the lag is that much longer.
         let lag = self.schedule.lag + median;
-        Some((lag.clamp(0.0, STEP_LAG_MAX), spread))
+        Some((lag.clamp(LAG_MIN, STEP_LAG_MAX), spread))
     }
 
     /// How much later than the lag in use the counter follows the power readings, where that
@@ -1201,7 +1228,9 @@ impl Track {
             return 0.015;
         };
         let publish = g.at_or_before(last.t + g.period);
-        (publish - last.t).rem_euclid(self.period.max(1e-3))
+        // Within [LAG_MIN, period + LAG_MIN): a grid fitted a little before the updates
+        // describes them at a small negative lag, not at most of a period.
+        (publish - last.t - LAG_MIN).rem_euclid(self.period.max(1e-3)) + LAG_MIN
     }
 
     /// Which moment read `r` describes, by the schedule: one candidate, or two where the read
@@ -1288,16 +1317,32 @@ impl Track {
         let (x, t_err) = match x_old {
             None => (x_new, t_err_sched),
             Some(old) => {
+                // Past a window edge that no power reading has seen yet, the load may have
+                // stepped anywhere (the guess that it held would take a value after a step
+                // down for the earlier publish): there, by what the model allows at each.
+                let fits = |x: f64| {
+                    let (lo, hi) = self.allowed_range(prev, x);
+                    let tol = 3.0
+                        * (self.residual_scale(false) * (predict(x) - prev.joules).abs())
+                            .max(self.resolution_j);
+                    scaled >= lo - tol && scaled <= hi + tol
+                };
                 let (e_new, e_old) = (
                     (scaled - predict(x_new)).abs(),
                     (scaled - predict(old)).abs(),
                 );
                 let sep = (predict(x_new) - predict(old)).abs();
-                if e_new.min(e_old) < 0.35 * sep {
-                    (if e_new <= e_old { x_new } else { old }, t_err_sched)
-                } else {
-                    // Cannot tell which publish it was: no anchor from this read.
-                    return;
+                let unseen = self.unseen_edge(x_new).is_some();
+                match (unseen, fits(x_new), fits(old)) {
+                    (true, true, false) => (x_new, t_err_sched),
+                    (true, false, true) => (old, t_err_sched),
+                    // Either would do: cannot tell which publish it was, no anchor from it.
+                    (true, true, true) => return,
+                    // Else the nearer prediction, where clearly nearer.
+                    _ if e_new.min(e_old) < 0.35 * sep => {
+                        (if e_new <= e_old { x_new } else { old }, t_err_sched)
+                    }
+                    _ => return,
                 }
             }
         };
@@ -1337,6 +1382,25 @@ impl Track {
             raw: value,
             read_at: r.after,
         });
+    }
+
+    /// The counter's range at `x` (J, on the track's scale) that the model allows after anchor
+    /// `prev`: its energy up to a window edge later than the last reading, and anything the
+    /// board can draw past that edge (no reading has seen the load there).
+    fn allowed_range(&self, prev: Anchor, x: f64) -> (f64, f64) {
+        let until = self.unseen_edge(x).map_or(x, |h| h.max(prev.t));
+        let base = prev.joules + self.model(prev.t, until, None).0;
+        let unseen = x - until;
+        let (lo_w, hi_w) = (self.power_floor().max(0.0), self.power_ceiling());
+        (base + unseen * lo_w, base + unseen * hi_w)
+    }
+
+    /// The first window edge after the last power reading and before `t`: the load may have
+    /// stepped there to a level no reading has seen.
+    fn unseen_edge(&self, t: f64) -> Option<f64> {
+        let seen = self.ticks.back()?.t;
+        let i = self.hints.partition_point(|&h| h <= seen);
+        self.hints.get(i).copied().filter(|&h| h < t)
     }
 
     /// The tick within a quarter period of `x`, if any.
@@ -1785,20 +1849,12 @@ impl Track {
 
     /// The highest power the board may draw (W): its maximum limit, or what was seen.
     fn power_ceiling(&self) -> f64 {
-        let seen = self.ticks.iter().map(|k| k.watts).fold(0.0, f64::max);
-        self.max_power_w.max(seen * 1.2).max(1.0)
+        self.max_power_w.max(self.seen_max_w * 1.2).max(1.0)
     }
 
     /// The lowest power seen lately (W).
     fn power_floor(&self) -> f64 {
-        let n = self.ticks.len();
-        self.ticks
-            .iter()
-            .skip(n.saturating_sub(600))
-            .map(|k| k.watts)
-            .fold(f64::INFINITY, f64::min)
-            .min(self.power_ceiling())
-            * 0.8
+        self.recent_min_w.min(self.power_ceiling()) * 0.8
     }
 
     /// The model's pieces between ticks `i` and `i + 1`; window edges step the load when
@@ -1921,7 +1977,11 @@ impl Track {
             let from = a.max(last.t);
             // Past the last tick: the reading held (window edges step the load), or its pull
             // fading into the level; during an ongoing fault, unknown.
-            let until = self.power_down_since.map_or(b, |s| s.max(from).min(b));
+            let down = self.power_down_since.map_or(b, |s| s.max(from).min(b));
+            // Where window edges step the load, one past the last reading ends the hold: the
+            // level after it is unknown (the counter solves it, where one follows).
+            let edge = steps.then(|| self.unseen_edge(down)).flatten();
+            let until = edge.map_or(down, |h| h.max(from));
             let hold = if steps || !self.tau.is_finite() {
                 Shape::Ramp { w0: pw, w1: pw }
             } else {
@@ -2229,9 +2289,9 @@ impl Track {
         let p = self.power_scale(t);
         let v: Vec<f64> = self.end_errors.iter().copied().collect();
         let k = match robust_scale(&v).filter(|_| v.len() >= 4) {
-            // Readings' noise alone puts an extrapolation off by about a quarter of it (the
-            // last reading's noise, over the stretch past it).
-            Some(r) => r.max(self.noise * 0.25),
+            // Readings' noise alone puts an extrapolation off by the last reading's noise
+            // over the stretch past it: uniform of amplitude `noise`, a sigma of noise / sqrt 3.
+            Some(r) => r.max(self.noise / 3f64.sqrt()),
             // Before the board has shown how well it extrapolates: where window edges step the
             // load, twice the model's error over a counter interval; else the spread of the
             // recent power, or 10%.
