@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::{FromRequestParts, Query, State};
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Query, Request, State};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
-use axum::middleware::from_fn_with_state;
+use axum::http::{header, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, MethodRouter};
 use axum::{Extension, Json, Router};
@@ -300,7 +301,40 @@ pub fn router(app: Shared) -> Router {
                 .route_layer(from_fn_with_state((app.clone(), None), auth::gate)),
         );
     }
-    r.fallback(not_found).with_state(app)
+    r.fallback(not_found)
+        .layer(from_fn(whole_body))
+        .with_state(app)
+}
+
+/// The most a request body may hold: the API takes its parameters in the query string.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Read the whole body before anything acts on the request: a body that turns out malformed
+/// (an invalid chunk, a connection cut short) or too large is answered 400 or 413, and the
+/// request does nothing (a write whose body is never read would otherwise be made first).
+async fn whole_body(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body over {MAX_BODY} bytes (the API takes no body)"),
+        )
+        .into_response();
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(e) => {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("request body: {e}")).into_response()
+        }
+    }
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

@@ -115,3 +115,38 @@ fn malformed_writes_never_change_the_gpu() {
     assert_eq!(v["0"]["enabled"], false);
     assert_eq!(v["1"]["enabled"], false);
 }
+
+/// A write whose chunked body turns out invalid is refused before it acts (it used to set the
+/// limit, then fail on the body).
+#[test]
+fn a_write_with_an_invalid_chunked_body_is_refused_and_changes_nothing() {
+    use std::io::{Read, Write};
+    let d = common::daemon().start();
+    let before = d.power_limit(0, None);
+    let mut s = d.connect().unwrap();
+    write!(
+        s,
+        "POST /gpu/set_power_limit?gpu_ids=0&power_limit_mw=150000 HTTP/1.1\r\nHost: zeusd\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\nnot a chunk\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+    assert_ne!(before, 150_000);
+    assert_eq!(d.power_limit(0, None), before, "{raw}");
+    // A valid chunked body (empty) still writes.
+    let mut s = d.connect().unwrap();
+    write!(
+        s,
+        "POST /gpu/set_power_limit?gpu_ids=0&power_limit_mw=150000 HTTP/1.1\r\nHost: zeusd\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert_eq!(d.power_limit(0, None), 150_000);
+}
