@@ -70,6 +70,12 @@ impl Owner {
     /// Whether this very process still runs: same boot, the pid exists, and (where both are
     /// known) the process now under that pid started when the owner did.
     pub fn is_alive(&self) -> bool {
+        // A pid-only record (an older build's) naming pid 1: init never exits, and a container
+        // whose job ran as pid 1 has another pid 1 after a restart; either way the record's
+        // owner cannot be told from what runs now, and waiting for it would never end.
+        if self.pid == 1 && self.start_time.is_none() {
+            return false;
+        }
         if let (Some(mine), Some(now)) = (&self.boot_id, boot_id()) {
             if *mine != now {
                 return false;

@@ -170,6 +170,25 @@ fn entries_of_older_builds_read_as_a_pid_only_holder() {
 }
 
 #[test]
+fn an_older_builds_entry_naming_pid_1_is_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::at(dir.path());
+    let gpus = sim_gpus();
+    let u = uuid(&gpus, 0);
+    fs::write(
+        j.path_of(Kind::PowerLimit, &u),
+        format!(r#"{{"uuid": "{u}", "power_limit_mw": 150000, "pid": 1, "created": 1}}"#),
+    )
+    .unwrap();
+    gpus.set_power_management_limit(0, 250_000).unwrap();
+    let report = restore_stale(&j, &gpus, false);
+    assert!(report.failed.is_empty(), "{:?}", report.failed);
+    assert_eq!(report.restored.len(), 1, "{report:?}");
+    assert_eq!(limit(&gpus, 0), 150_000);
+    assert!(entry(&j, Kind::PowerLimit, &u).is_none());
+}
+
+#[test]
 fn restore_stale_skips_live_holders_and_restores_dead_ones() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::at(dir.path());
