@@ -60,17 +60,33 @@ def test_restore_tries_every_gpu_and_exits_1_on_a_failure(
     gpus = sim_gpus("A40,V100")
     state = tmp_path / "state"
     pid = gone_pid()
-    # Out of the A40's range: this restore fails.
-    write_entry(state, gpus.get_uuid(0), pid=pid, power_limit_mw=5_000)
+    # GPU 0's driver refuses every write: this restore fails.
+    write_entry(state, gpus.get_uuid(0), pid=pid, power_limit_mw=150_000)
     write_entry(state, gpus.get_uuid(1), pid=pid, power_limit_mw=200_000)
+    zeus.device.sim.inject_fault(0, "write", float("inf"), error="UNKNOWN")
     assert device_cli(["--state-dir", str(state), "restore"]) == 1
     captured = capsys.readouterr()
     assert "GPU 1" in captured.out and "restored power limit 200000 mW" in captured.out
     assert "GPU 0" in captured.err and "cannot restore power limit" in captured.err
-    assert "5000" in captured.err
+    assert "simulated fault" in captured.err
     assert gpus.get_power_management_limit(1) == 200_000
     [left] = _core.journal_entries(state)
-    assert (left["uuid"], left["power_limit_mw"]) == (gpus.get_uuid(0), 5_000)
+    assert (left["uuid"], left["power_limit_mw"]) == (gpus.get_uuid(0), 150_000)
+
+
+def test_an_original_outside_the_gpus_range_gives_the_driver_default(
+    sim_gpus: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpus = sim_gpus("A40")
+    state = tmp_path / "state"
+    gpus.set_power_management_limit(0, 250_000)
+    write_entry(state, gpus.get_uuid(0), pid=gone_pid(), power_limit_mw=5_000)
+    assert device_cli(["--state-dir", str(state), "restore"]) == 0
+    out = capsys.readouterr().out
+    assert "set the default power limit 300000 mW" in out
+    assert "the journaled 5000 mW is outside the GPU's range" in out
+    assert gpus.get_power_management_limit(0) == 300_000
+    assert _core.journal_entries(state) == []
 
 
 # The acceptance cases of the journal: in every one the GPU ends at its original limit after

@@ -115,11 +115,14 @@ def test_a_failing_gpu_does_not_stop_the_others_and_exits_1(
 ) -> None:
     dead_process_journals(env)
     state = Path(env["ZEUS_STATE_DIR"])
-    # An impossible original for GPU 1 (what a corrupted driver state could leave): its restore
-    # fails, GPU 0's still happens.
-    write_entry(state, uuid(env, 1), pid=gone_pid(), power_limit_mw=5_000)
+    # GPU 1's driver refuses every write: its restore fails, GPU 0's still happens.
+    write_entry(state, uuid(env, 1), pid=gone_pid(), power_limit_mw=150_000)
     proc = subprocess.run(
-        [restore_bin, "--restore"], env=env, capture_output=True, text=True, timeout=60
+        [restore_bin, "--restore"],
+        env={**env, "ZEUS_SIM_FAULTS": "1:write@0+inf=UNKNOWN"},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert all(line.startswith("GPU 0 (") for line in proc.stdout.splitlines())
@@ -129,7 +132,7 @@ def test_a_failing_gpu_does_not_stop_the_others_and_exits_1(
     assert (left["kind"], left["uuid"], left["power_limit_mw"]) == (
         "power_limit",
         uuid(env, 1),
-        5_000,
+        150_000,
     )
 
 

@@ -1094,7 +1094,7 @@ pub unsafe extern "C" fn zeusSimRun(work: f64, seconds: *mut f64) -> Ret {
 
 /// Make calls of simulated GPU `index` fail with NVML error `nvml_return` for `seconds` (`inf`:
 /// for good), starting `after` seconds from now. `calls` is a bit set: 1 the energy counter, 2
-/// the power readings, 4 every other device call.
+/// the power readings, 4 every other device call (writes included), 8 writes alone.
 #[no_mangle]
 pub extern "C" fn zeusSimInjectFault(
     index: c_uint,
@@ -1107,7 +1107,11 @@ pub extern "C" fn zeusSimInjectFault(
         let c = cluster()?;
         let d = c.device(index as usize).map_err(code)?;
         let valid = after.is_finite() && after >= 0.0 && seconds >= 0.0 && !seconds.is_nan();
-        if !valid || calls == 0 || calls & !7 != 0 || nvml_return == SUCCESS {
+        if !valid
+            || calls == 0
+            || calls & !zeus_core::device::sim::board::calls::ALL != 0
+            || nvml_return == SUCCESS
+        {
             return Err(INVALID_ARGUMENT);
         }
         let now = c.clock().now();
@@ -1116,6 +1120,7 @@ pub extern "C" fn zeusSimInjectFault(
             from: now + after,
             until: now + after + seconds,
             code: nvml_return,
+            gpu: None,
         });
         Ok(())
     })

@@ -187,6 +187,7 @@ fn sim_inject_fault(
         from: now + after,
         until: now + after + seconds,
         code,
+        gpu: None,
     });
     Ok(())
 }

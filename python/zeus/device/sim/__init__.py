@@ -161,7 +161,8 @@ def inject_fault(
 
     Args:
         index: The simulated GPU.
-        calls: Which calls fail: `energy`, `power` or `other`, joined by `+`, or `all`.
+        calls: Which calls fail: `energy`, `power`, `other` (writes included) or `write`
+            (writes alone: a driver that refuses every change), joined by `+`, or `all`.
         seconds: How long they fail (`float("inf")`: the GPU is gone for good).
         after: Seconds from now until the fault starts.
         error: The NVML error they fail with, e.g. `GPU_IS_LOST`, `UNKNOWN`, `TIMEOUT`.

@@ -470,9 +470,9 @@ impl GuardInner {
     }
 
     fn release(&self, h: &Held) -> Result<Released, SettingsError> {
-        let restored = Released::Restored {
+        let restored = |original| Released::Restored {
             index: h.index,
-            original: h.original,
+            original,
         };
         if self.held_elsewhere_in_process(h) {
             return Ok(Released::LeftTo {
@@ -482,8 +482,7 @@ impl GuardInner {
             });
         }
         if !h.journaled {
-            apply(&self.gpus, h.index, h.original)?;
-            return Ok(restored);
+            return Ok(restored(apply(&self.gpus, h.index, h.original)?));
         }
         let kind = h.original.kind();
         let _lock = self.journal.lock()?;
@@ -492,13 +491,11 @@ impl GuardInner {
             // Cleared by someone else (`restore --all`) or destroyed: what this guard knows is
             // the original.
             Read::Absent => {
-                apply(&self.gpus, h.index, h.original)?;
-                return Ok(restored);
+                return Ok(restored(apply(&self.gpus, h.index, h.original)?));
             }
             Read::Corrupt(mut corrupt) => {
                 self.journal.move_aside(&mut corrupt)?;
-                apply(&self.gpus, h.index, h.original)?;
-                return Ok(restored);
+                return Ok(restored(apply(&self.gpus, h.index, h.original)?));
             }
         };
         let others: Vec<Owner> = entry
@@ -517,19 +514,20 @@ impl GuardInner {
                 holders: others,
             });
         }
-        if let Err(e) = apply(&self.gpus, h.index, entry.original) {
-            // No live holder is left, so the entry now reads as stale: the next restore retries.
-            self.journal.write(&Entry {
-                holders: Vec::new(),
-                ..entry
-            })?;
-            return Err(e.into());
-        }
+        let applied = match apply(&self.gpus, h.index, entry.original) {
+            Ok(applied) => applied,
+            Err(e) => {
+                // No live holder is left, so the entry now reads as stale: the next restore
+                // retries.
+                self.journal.write(&Entry {
+                    holders: Vec::new(),
+                    ..entry
+                })?;
+                return Err(e.into());
+            }
+        };
         self.journal.remove(kind, &h.uuid)?;
-        Ok(Released::Restored {
-            index: h.index,
-            original: entry.original,
-        })
+        Ok(restored(applied))
     }
 }
 

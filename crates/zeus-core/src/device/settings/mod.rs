@@ -41,10 +41,25 @@ pub enum SettingsError {
     Gpu(#[from] GpuError),
 }
 
-/// Put `original` back on visible GPU `index`.
-pub(crate) fn apply(gpus: &Gpus, index: usize, original: Original) -> Result<(), GpuError> {
+/// Put `original` back on visible GPU `index`; returns what was applied. A power limit outside
+/// the GPU's range (a driver that reported a bogus value when it was journaled, an entry from
+/// another board) can never be set: the driver's default goes on instead, or the entry would
+/// be retried forever and the GPU left as the last holder set it.
+pub(crate) fn apply(gpus: &Gpus, index: usize, original: Original) -> Result<Original, GpuError> {
     match original {
-        Original::PowerLimit(mw) => gpus.set_power_management_limit(index, mw),
+        Original::PowerLimit(mw) => {
+            let dev = gpus.device(index)?;
+            let in_range = dev
+                .power_management_limit_constraints()
+                .map_or(true, |(lo, hi)| (lo..=hi).contains(&mw));
+            let applied = if in_range {
+                mw
+            } else {
+                dev.power_management_limit_default()?
+            };
+            gpus.set_power_management_limit(index, applied)?;
+            Ok(Original::PowerLimit(applied))
+        }
         Original::Unlock(locks) => {
             let dev = gpus.device(index)?;
             // Both resets are tried before reporting, so one failing kind does not keep the other
@@ -65,7 +80,7 @@ pub(crate) fn apply(gpus: &Gpus, index: usize, original: Original) -> Result<(),
             } else {
                 Ok(())
             };
-            gpu.and(memory)
+            gpu.and(memory).map(|()| original)
         }
     }
 }
@@ -88,8 +103,11 @@ pub struct Restored {
     pub uuid: String,
     /// What was applied.
     pub applied: Original,
-    /// False when the journal entry was unreadable and the driver's default was applied.
+    /// False when the driver's default was applied: the journal entry was unreadable, or its
+    /// original is outside the GPU's range (`journaled` then says what it was).
     pub original_known: bool,
+    /// The journaled original, where the driver's default was applied instead.
+    pub journaled: Option<Original>,
     /// The processes that held the setting (empty when the entry was unreadable).
     pub holders: Vec<Owner>,
     /// The unreadable entry, moved aside, when `original_known` is false.
@@ -105,6 +123,9 @@ impl fmt::Display for Restored {
             }
             Original::PowerLimit(mw) => write!(f, "set the default power limit {mw} mW")?,
             Original::Unlock(l) => write!(f, "unlocked {} clocks", l.describe())?,
+        }
+        if let Some(Original::PowerLimit(mw)) = self.journaled {
+            write!(f, " (the journaled {mw} mW is outside the GPU's range)")?;
         }
         match (&self.corrupt, self.holders.as_slice()) {
             (Some(c), _) => write!(f, " (the original is unknown: {c})"),
@@ -203,13 +224,14 @@ fn restore_one(
         Read::Absent => Ok(None),
         Read::Corrupt(mut corrupt) => {
             let default = driver_default(gpus, index, kind)?;
-            apply(gpus, index, default)?;
+            let applied = apply(gpus, index, default)?;
             journal.move_aside(&mut corrupt)?;
             Ok(Some(Restored {
                 index,
                 uuid: uuid.to_string(),
-                applied: default,
+                applied,
                 original_known: false,
+                journaled: None,
                 holders: Vec::new(),
                 corrupt: Some(corrupt),
             }))
@@ -218,13 +240,15 @@ fn restore_one(
             if !include_live && !entry.live_holders().is_empty() {
                 return Ok(None);
             }
-            apply(gpus, index, entry.original)?;
+            let applied = apply(gpus, index, entry.original)?;
             journal.remove(kind, uuid)?;
+            let known = applied == entry.original;
             Ok(Some(Restored {
                 index,
                 uuid: uuid.to_string(),
-                applied: entry.original,
-                original_known: true,
+                applied,
+                original_known: known,
+                journaled: (!known).then_some(entry.original),
                 holders: entry.holders,
                 corrupt: None,
             }))

@@ -24,6 +24,19 @@ fn sim_gpus() -> Gpus {
     sim_cluster_gpus().1
 }
 
+/// Make every write to simulated GPU `index` fail from now on (reads still work).
+fn refuse_writes(cluster: &SimCluster, index: usize) {
+    use crate::device::sim::board::{calls, error_code, Fault};
+    use crate::device::Clock;
+    cluster.devices()[index].inject_fault(Fault {
+        calls: calls::WRITE_ONLY,
+        from: cluster.clock().now(),
+        until: f64::INFINITY,
+        code: error_code("UNKNOWN").unwrap(),
+        gpu: None,
+    });
+}
+
 fn limit(gpus: &Gpus, index: usize) -> u32 {
     gpus.device(index)
         .unwrap()
@@ -170,6 +183,43 @@ fn entries_of_older_builds_read_as_a_pid_only_holder() {
 }
 
 #[test]
+fn an_original_outside_the_gpus_range_gives_the_driver_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let j = Journal::at(dir.path());
+    let gpus = sim_gpus();
+    let u = uuid(&gpus, 0);
+    // 5 mW, out of the A40's range: never settable, so retrying it would never end.
+    write_entry(
+        &j,
+        &Entry {
+            uuid: u.clone(),
+            original: Original::PowerLimit(5_000),
+            holders: vec![dead_owner()],
+            created: 0,
+        },
+    );
+    gpus.set_power_management_limit(0, 250_000).unwrap();
+    let report = restore_stale(&j, &gpus, false);
+    assert!(report.failed.is_empty(), "{report:?}");
+    let [r] = report.restored.as_slice() else {
+        panic!("{report:?}")
+    };
+    assert_eq!(r.applied, Original::PowerLimit(300_000));
+    assert!(!r.original_known);
+    assert_eq!(r.journaled, Some(Original::PowerLimit(5_000)));
+    assert_eq!(
+        r.to_string(),
+        format!(
+            "GPU 0 ({u}): set the default power limit 300000 mW (the journaled 5000 mW is \
+             outside the GPU's range) (journaled by process {})",
+            i32::MAX
+        )
+    );
+    assert_eq!(limit(&gpus, 0), 300_000);
+    assert!(entry(&j, Kind::PowerLimit, &u).is_none());
+}
+
+#[test]
 fn an_older_builds_entry_naming_pid_1_is_restored() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::at(dir.path());
@@ -217,6 +267,7 @@ fn restore_stale_skips_live_holders_and_restores_dead_ones() {
             uuid: uuid(&gpus, 1),
             applied: Original::PowerLimit(150_000),
             original_known: true,
+            journaled: None,
             holders: vec![dead_owner()],
             corrupt: None,
         }]
@@ -407,34 +458,39 @@ fn a_guard_joining_a_dead_holders_entry_inherits_its_original() {
 fn a_failed_restore_leaves_a_stale_entry_for_the_next_try() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::at(dir.path());
-    let gpus = sim_gpus();
+    let (cluster, gpus) = sim_cluster_gpus();
     let u = uuid(&gpus, 0);
-    // Out of the A40's range: the set fails and the entry must survive for a later attempt.
     write_entry(
         &j,
         &Entry {
             uuid: u.clone(),
-            original: Original::PowerLimit(5_000),
+            original: Original::PowerLimit(150_000),
             holders: vec![dead_owner()],
             created: 0,
         },
     );
+    // Through a guard first (before the driver refuses): it sets a limit of its own.
+    let g = SettingsGuard::new(gpus.clone(), Journal::at(dir.path().join("guard")));
+    g.set_power_limit(1, 200_000).unwrap();
+    // The driver refuses every write: the set fails and the entry must survive for later.
+    refuse_writes(&cluster, 0);
+    refuse_writes(&cluster, 1);
     let report = restore_stale(&j, &gpus, false);
     assert!(report.restored.is_empty());
     let [f] = report.failed.as_slice() else {
         panic!("{report:?}")
     };
     assert_eq!(f.kind, Some(Kind::PowerLimit));
-    assert!(matches!(
-        f.error,
-        SettingsError::Gpu(GpuError::InvalidArg(_))
-    ));
+    assert!(
+        matches!(f.error, SettingsError::Gpu(GpuError::Unknown(_))),
+        "{f}"
+    );
     assert!(f.to_string().starts_with("GPU 0 ("), "{f}");
     assert!(entry(&j, Kind::PowerLimit, &u).is_some());
 
-    // The same through a guard: its own release fails, and the entry it leaves reads as stale.
-    let g = SettingsGuard::new(gpus.clone(), j.clone());
-    g.set_power_limit(0, 200_000).unwrap();
+    // The guard's own release fails, and the entry it leaves reads as stale.
+    let j = Journal::at(dir.path().join("guard"));
+    let u = uuid(&gpus, 1);
     assert!(g.restore().is_err());
     assert!(entry(&j, Kind::PowerLimit, &u)
         .unwrap()
@@ -473,13 +529,13 @@ fn clock_locks_are_journaled_widened_and_unlocked() {
 fn unsupported_memory_locks_count_as_unlocked_and_one_failing_gpu_does_not_stop_others() {
     let dir = tempfile::tempdir().unwrap();
     let j = Journal::at(dir.path());
-    let gpus = sim_gpus();
-    // GPU 0: an impossible power limit, and clocks to unlock.
+    let (cluster, gpus) = sim_cluster_gpus();
+    // GPU 0: a driver that refuses every write, a power limit and clocks to put back.
     write_entry(
         &j,
         &Entry {
             uuid: uuid(&gpus, 0),
-            original: Original::PowerLimit(5_000),
+            original: Original::PowerLimit(150_000),
             holders: vec![dead_owner()],
             created: 0,
         },
@@ -503,18 +559,23 @@ fn unsupported_memory_locks_count_as_unlocked_and_one_failing_gpu_does_not_stop_
             created: 0,
         },
     );
+    refuse_writes(&cluster, 0);
     let report = restore_stale(&j, &gpus, false);
     let restored: Vec<_> = report
         .restored
         .iter()
         .map(|r| (r.index, r.applied.kind()))
         .collect();
-    assert_eq!(restored, vec![(0, Kind::Clocks), (1, Kind::Clocks)]);
+    assert_eq!(restored, vec![(1, Kind::Clocks)]);
+    // Every kind is tried on the failing GPU too.
     let failed: Vec<_> = report.failed.iter().map(|f| (f.index, f.kind)).collect();
-    assert_eq!(failed, vec![(0, Some(Kind::PowerLimit))]);
-    let left = j.scan().unwrap().entries;
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].kind(), Kind::PowerLimit);
+    assert_eq!(
+        failed,
+        vec![(0, Some(Kind::PowerLimit)), (0, Some(Kind::Clocks))]
+    );
+    let mut left: Vec<_> = j.scan().unwrap().entries.iter().map(|e| e.kind()).collect();
+    left.sort_by_key(|k| format!("{k:?}"));
+    assert_eq!(left, vec![Kind::Clocks, Kind::PowerLimit]);
 }
 
 #[test]

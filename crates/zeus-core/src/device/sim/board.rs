@@ -234,9 +234,14 @@ pub mod calls {
     pub const ENERGY: u32 = 1;
     /// Power readings: `nvmlDeviceGetPowerUsage` and the power field values.
     pub const POWER: u32 = 2;
-    /// Every other device call (names, limits, clocks, temperature, ...).
+    /// Every other device call (names, limits, clocks, temperature, ...), writes included.
     pub const OTHER: u32 = 4;
-    pub const ALL: u32 = ENERGY | POWER | OTHER;
+    /// Writes alone (power limits, clock locks and their resets, persistence): a driver that
+    /// reads but refuses every change.
+    pub const WRITE_ONLY: u32 = 8;
+    /// What a write checks: a fault of either kind fails it.
+    pub const WRITE: u32 = OTHER | WRITE_ONLY;
+    pub const ALL: u32 = ENERGY | POWER | OTHER | WRITE_ONLY;
 }
 
 /// A stretch of time in which some driver calls fail with one NVML error.
@@ -250,6 +255,8 @@ pub struct Fault {
     pub until: f64,
     /// The NVML return code the calls fail with.
     pub code: u32,
+    /// Which GPU of a schedule it hits (`None`: every one); injected faults name their device.
+    pub gpu: Option<usize>,
 }
 
 impl Fault {
@@ -288,10 +295,11 @@ pub fn call_bits(spec: &str) -> Result<u32, String> {
             "energy" => calls::ENERGY,
             "power" => calls::POWER,
             "other" => calls::OTHER,
+            "write" => calls::WRITE_ONLY,
             "all" => calls::ALL,
             other => {
                 return Err(format!(
-                    "unknown calls {other:?}: use energy, power, other or all, joined by '+'"
+                    "unknown calls {other:?}: use energy, power, other, write or all, joined by '+'"
                 ))
             }
         };
@@ -299,13 +307,21 @@ pub fn call_bits(spec: &str) -> Result<u32, String> {
     Ok(bits)
 }
 
-/// Parse a fault schedule: `;`-separated faults, each `CALLS@START+SECONDS[=ERROR]`, where CALLS
-/// is `energy`, `power`, `other` or `all` (joined by `+`, e.g. `energy+power`), START and SECONDS
+/// Parse a fault schedule: `;`-separated faults, each `[GPU:]CALLS@START+SECONDS[=ERROR]`,
+/// where GPU is the index of the one GPU it hits (default: every one), CALLS is `energy`,
+/// `power`, `other`, `write` or `all` (joined by `+`, e.g. `energy+power`), START and SECONDS
 /// are seconds (from the devices' creation; SECONDS may be `inf`: a GPU gone for good) and ERROR
-/// an NVML error name (default `GPU_IS_LOST`). Example: `energy@2+0.3;all@10+2=UNKNOWN`.
+/// an NVML error name (default `GPU_IS_LOST`). Example: `energy@2+0.3;1:all@10+2=UNKNOWN`.
 pub fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
     let mut out = Vec::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (gpu, item) = match item.split_once(':') {
+            Some((g, rest)) => match g.trim().parse::<usize>() {
+                Ok(i) => (Some(i), rest.trim()),
+                Err(_) => return Err(format!("{item:?}: the GPU before ':' is not an index")),
+            },
+            None => (None, item),
+        };
         let (what, error) = match item.split_once('=') {
             Some((w, e)) => (w, Some(e)),
             None => (item, None),
@@ -349,6 +365,7 @@ pub fn parse_faults(spec: &str) -> Result<Vec<Fault>, String> {
             from,
             until: from + seconds,
             code,
+            gpu,
         });
     }
     Ok(out)
@@ -370,7 +387,8 @@ mod tests {
                 calls: calls::ENERGY,
                 from: 2.0,
                 until: 2.3,
-                code: nvml_code::GPU_IS_LOST
+                code: nvml_code::GPU_IS_LOST,
+                gpu: None,
             }
         );
         assert_eq!(f[1].calls, calls::ALL);
@@ -378,7 +396,16 @@ mod tests {
         assert_eq!(f[1].code, nvml_code::UNKNOWN);
         assert_eq!(f[2].calls, calls::ENERGY | calls::POWER);
         assert_eq!(f[2].code, nvml_code::TIMEOUT);
+        let [w] = &parse_faults(" 1: write@0+inf=UNKNOWN").unwrap()[..] else {
+            panic!("one fault")
+        };
+        assert_eq!(
+            (w.gpu, w.calls, w.code),
+            (Some(1), calls::WRITE_ONLY, nvml_code::UNKNOWN)
+        );
+        assert!(f.iter().all(|x| x.gpu.is_none()));
         for (bad, says) in [
+            ("x:energy@1+1", "not an index"),
             ("energy", "CALLS@START+SECONDS"),
             ("disk@1+1", "unknown calls \"disk\""),
             ("energy@1", "START+SECONDS"),

@@ -433,7 +433,11 @@ impl SimGpu {
         let board = knobs.board_for(self.preset);
         let g = self.with_board(board);
         let now = g.clock.now();
-        for f in &knobs.faults {
+        for f in knobs
+            .faults
+            .iter()
+            .filter(|f| f.gpu.is_none_or(|i| i == g.index))
+        {
             g.inject_fault(Fault {
                 from: now + f.from,
                 until: now + f.until,
@@ -849,7 +853,7 @@ impl Gpu for SimGpu {
         Ok(self.state().power_limit_mw)
     }
     fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceSetPowerManagementLimit")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceSetPowerManagementLimit")?;
         self.check_privileged("nvmlDeviceSetPowerManagementLimit")?;
         let (min, max) = (
             self.preset.min_power_limit_mw,
@@ -868,7 +872,7 @@ impl Gpu for SimGpu {
         Ok(self.state().persistence)
     }
     fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceSetPersistenceMode")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceSetPersistenceMode")?;
         self.check_privileged("nvmlDeviceSetPersistenceMode")?;
         self.mutate(|s| s.persistence = enabled);
         Ok(())
@@ -886,7 +890,7 @@ impl Gpu for SimGpu {
         Ok(self.preset.graphics_clocks_mhz())
     }
     fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceSetGpuLockedClocks")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceSetGpuLockedClocks")?;
         if self.preset.architecture < Architecture::Volta {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceSetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
@@ -906,7 +910,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceResetGpuLockedClocks")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceResetGpuLockedClocks")?;
         if self.preset.architecture < Architecture::Volta {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceResetGpuLockedClocks: Not Supported (needs Volta or newer)".into(),
@@ -917,7 +921,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceSetMemoryLockedClocks")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceSetMemoryLockedClocks")?;
         if self.preset.architecture < Architecture::Ampere {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceSetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
@@ -935,7 +939,7 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
-        self.check_fault(board::calls::OTHER, "nvmlDeviceResetMemoryLockedClocks")?;
+        self.check_fault(board::calls::WRITE, "nvmlDeviceResetMemoryLockedClocks")?;
         if self.preset.architecture < Architecture::Ampere {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceResetMemoryLockedClocks: Not Supported (needs Ampere or newer)".into(),
@@ -1695,6 +1699,7 @@ mod tests {
             from: c.clock.now(),
             until: c.clock.now() + 1.0,
             code: error::nvml_code::UNKNOWN,
+            gpu: None,
         });
         assert!(matches!(g.temperature_c(), Err(GpuError::Unknown(_))));
         assert!(g.total_energy_consumption().is_ok());

@@ -1083,6 +1083,7 @@ fn through_faults_sampling_resumes_and_spanning_windows_stay_within_their_bounds
             from: start,
             until: start + seconds,
             code: nvml_code::GPU_IS_LOST,
+            gpu: None,
         });
         h.run_until(start + seconds / 2.0);
         // Meanwhile the GPU is seen to fail (and is not reported gone before it is).
