@@ -744,6 +744,7 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
         holder.wait()
 
 
+@pytest.mark.timeout(480)  # five minutes of holding, and the daemon's start and stop
 def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
     tmp_path: Path,
 ) -> None:
