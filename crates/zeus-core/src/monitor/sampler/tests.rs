@@ -74,6 +74,41 @@ fn learns_the_period_and_anchors_at_ticks() {
 }
 
 #[test]
+fn the_first_counter_reads_come_soon_whatever_the_cpu_budget() {
+    // Two GPUs, 5 ms reads, half a percent of a core: a read every 2 s once warm.
+    let mut t = Track::new(0.0, Some(0.1));
+    let (mut now, mut mj) = (0.0f64, 1_000_000u64);
+    let mut gaps = Vec::new();
+    let mut last = now;
+    while gaps.len() < track::WARMUP_READS + 3 {
+        if now - last > 10.0 {
+            panic!("no read due 10 s after the last; gaps so far {gaps:?}");
+        }
+        if t.anchor_is_due(now) {
+            gaps.push(now - last);
+            t.on_counter(now, now + 0.005, mj, 0.005);
+            t.set_load(2, 0.005);
+            last = now + 0.005;
+        }
+        now += 0.001;
+        mj += 500; // 500 W
+        if (now * 1000.0).round() as u64 % 20 == 0 {
+            t.on_power(now, 500_000, None);
+        }
+    }
+    // The first read is due at once; the warm-up's within its spacing and a period.
+    for g in &gaps[1..track::WARMUP_READS] {
+        assert!(
+            *g <= track::WARMUP_SPACING + 0.1 + 0.002,
+            "warm-up gaps {gaps:?}"
+        );
+    }
+    for g in &gaps[track::WARMUP_READS + 1..] {
+        assert!(*g >= 1.9, "gaps after the warm-up {gaps:?}");
+    }
+}
+
+#[test]
 fn a_tight_loop_of_windows_keeps_two_edges_per_tick_interval() {
     let mut t = Track::new(0.0, Some(0.1));
     t.on_power(0.0, 100_000, None); // the first reading: no tick yet
@@ -1334,5 +1369,62 @@ fn a_load_moving_inside_windows_is_measured_better_than_direct_reads() {
             assert!(a.mae <= d.mae, "{what}: MAE {} vs direct {}", a.mae, d.mae);
             assert!(a.covered >= 0.9, "{what}: bounds cover {}", a.covered);
         }
+    }
+}
+
+/// Diagnostics: the exporter's view on the real clock: `SHARE` of a CPU for counter reads.
+#[test]
+#[ignore]
+fn diagnose_scrapes_real_clock() {
+    let share: f64 = std::env::var("SHARE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.005);
+    let c = SimCluster::new(SimConfig {
+        presets: vec![preset::find("H100").unwrap(); 2],
+        load: Load::Busy,
+        ..SimConfig::default()
+    });
+    set_anchor_cpu_share(share);
+    let gpus: Vec<Arc<dyn Gpu>> = c
+        .devices()
+        .iter()
+        .map(|d| d.clone() as Arc<dyn Gpu>)
+        .collect();
+    let lease = Sampler::lease(&gpus).unwrap();
+    let clock = c.clock();
+    let t0 = clock.now();
+    let mut rows = Vec::new();
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = clock.now();
+        let mut row = Vec::new();
+        for k in 0..2 {
+            let e = lease.watched(k).with_track(|t| t.edge(now));
+            let truth = c.devices()[k].true_energy_at(now);
+            let (anchors, lag) = lease
+                .watched(k)
+                .with_track(|t| (t.anchors().len(), t.is_locked()));
+            row.push((e.map(|e| (e.joules, e.sigma)), truth, anchors, lag));
+        }
+        rows.push((now - t0, row));
+    }
+    let base: Vec<(f64, f64)> = (0..2)
+        .map(|k| {
+            let (_, r) = &rows[5];
+            (r[k].0.unwrap().0, r[k].1)
+        })
+        .collect();
+    for (t, row) in &rows {
+        let mut line = format!("t {t:6.3}");
+        for (k, (e, truth, n, lag)) in row.iter().enumerate() {
+            if let Some((j, s)) = e {
+                line += &format!(
+                    " | gpu{k} err {:+7.2} J sigma {s:5.2} anchors {n} lag {lag}",
+                    (j - base[k].0) - (truth - base[k].1)
+                );
+            }
+        }
+        eprintln!("{line}");
     }
 }
