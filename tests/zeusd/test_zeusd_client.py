@@ -748,9 +748,10 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
 def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
     tmp_path: Path,
 ) -> None:
-    """Over TCP a hold lives as long as its lease: the client renews it while it holds anything
-    (before, a job lost its limit at the first lapse, 60 s in), so a job keeps its limit for
-    five minutes, and a SIGKILLed job's limit comes back when the lease runs out."""
+    """Over TCP a hold lives as long as its lease or the client's hold connection: the client
+    keeps one open while it holds anything (before, a job lost its limit at the first lapse,
+    60 s in), so a job keeps its limit for five minutes of three-second leases, and a SIGKILLed
+    job's limit comes back within seconds."""
     with running_zeusd(tmp_path, MODELS, "tcp", extra=("--tcp-lease-seconds", "3")) as daemon:
         job = subprocess.Popen(
             [
@@ -783,6 +784,47 @@ def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
             while daemon.power_limits()[0] != 400_000:
                 assert time.monotonic() - killed < 4.5, daemon.log()
                 time.sleep(0.05)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+
+
+def test_a_sigkilled_tcp_job_is_restored_within_seconds_though_its_lease_runs_a_minute(
+    tmp_path: Path,
+) -> None:
+    """The job's hold connection (`/client/hold`) closes with the process: the daemon gives
+    the original back about a second later, not when the 60 s lease runs out (before, a killed
+    TCP job kept its limit for that minute)."""
+    with running_zeusd(tmp_path, MODELS, "tcp") as daemon:
+        job = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from zeus.device import get_gpus\n"
+                "get_gpus().set_power_management_limit(0, 200_000)\n"
+                "print('set', flush=True)\n"
+                "sys.stdin.readline()\n",
+            ],
+            env=_client_env(tmp_path, **daemon.env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert job.stdout is not None
+            assert job.stdout.readline().strip() == "set"
+            # The write returned once the job's hold connection was up: killed at once, the
+            # job is restored all the same, though its lease has a minute to run.
+            assert daemon.power_limits()[0] == 200_000
+            job.kill()
+            job.wait()
+            killed = time.monotonic()
+            while daemon.power_limits()[0] != 400_000:
+                assert time.monotonic() - killed < 3.0, daemon.log()
+                time.sleep(0.05)
+            assert "hold connection closed" in daemon.log()
         finally:
             if job.poll() is None:
                 job.kill()

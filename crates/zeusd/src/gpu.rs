@@ -52,6 +52,7 @@ pub fn control_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
         ("/gpu/reset_locked_clocks", post(reset_locked_clocks)),
         ("/gpu/release", post(release)),
         ("/client/renew_lease", post(renew_lease)),
+        ("/client/hold", get(crate::stream::client_hold)),
     ]
 }
 

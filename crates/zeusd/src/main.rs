@@ -11,7 +11,8 @@
 //!   a Unix-socket client is its process (zeus-core `Owner`: pid, start time, boot), journaled
 //!   as the holder through a `SettingsGuard` acting for it, and released by a watcher thread
 //!   within 200 ms of its exit; a TCP client holds through a lease (`--tcp-lease-seconds`,
-//!   renewed by its requests and `POST /client/renew_lease`). Another live client's write at a
+//!   renewed by its requests and `POST /client/renew_lease`, ended a second after its last
+//!   `GET /client/hold` connection closes). Another live client's write at a
 //!   different value gets 409 naming the holders; resets release only the caller's hold. At
 //!   start, stale journal entries are restored and live clients' entries adopted; SIGTERM or
 //!   SIGINT restores everything held.

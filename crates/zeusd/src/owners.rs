@@ -10,7 +10,12 @@
 //!   original comes back unless another live holder remains.
 //! - A client without a pid (TCP) holds through a lease keyed by [`lease_key`]: the journal
 //!   lists the daemon as holder, and the lease's lapse counts as the client's exit. Any request
-//!   of the client renews it, and so does `POST /client/renew_lease`.
+//!   of the client renews it, and so does `POST /client/renew_lease`. A client may also keep
+//!   a `GET /client/hold` connection open: when the last one closes (a SIGKILLed client's
+//!   kernel closes it) the lease ends [`HOLD_GRACE`] later unless the client renews or
+//!   reconnects, so a killed TCP job gets its original back in about a second, not at the end
+//!   of its lease. An open connection does not renew: a client cut off without a close (a
+//!   network gone) still lapses with its lease.
 //! - A write to a setting (GPU + kind) that another live client holds at a different value is
 //!   refused with 409 naming the holders; an equal value joins them. A reset releases only the
 //!   caller's hold.
@@ -33,6 +38,10 @@ use crate::peer::{Caller, Peer};
 
 /// How often the watcher looks for clients that are gone.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(200);
+
+/// How long a lease outlives its client's last `/client/hold` connection: time to reconnect
+/// after a dropped connection (the client retries at once), short next to a lease.
+pub const HOLD_GRACE: Duration = Duration::from_millis(1000);
 
 /// A client of the daemon.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -121,6 +130,10 @@ struct Client {
     holds: HashMap<(usize, Kind), Held>,
     /// Lease clients only: when the lease lapses.
     expires: Option<Instant>,
+    /// Lease clients only: open `/client/hold` connections.
+    connections: usize,
+    /// Lease clients only: the last hold connection closed (the log says so at the lapse).
+    disconnected: bool,
     /// Process clients: a pidfd that wakes the watcher when the process exits.
     exit: Option<Arc<OwnedFd>>,
 }
@@ -260,7 +273,48 @@ impl Clients {
         let c = st.get_mut(&ClientKey::Lease(key.to_string()))?;
         let e = Instant::now() + self.lease;
         c.expires = Some(e);
+        c.disconnected = false;
         Some(e)
+    }
+
+    /// A `/client/hold` connection of lease client `r` opened (which renews its lease). How
+    /// many settings the client holds.
+    pub fn hold_opened(&self, r: &Requester) -> usize {
+        let mut st = self.lock();
+        let c = self.client(&mut st, r);
+        c.connections += 1;
+        c.disconnected = false;
+        c.expires = Some(Instant::now() + self.lease);
+        c.holds.len()
+    }
+
+    /// A `/client/hold` connection of lease `key` closed: after the last one the lease ends
+    /// [`HOLD_GRACE`] from now (sooner if it was ending anyway), unless the client comes back.
+    pub fn hold_closed(&self, key: &str) {
+        let mut st = self.lock();
+        let Some(c) = st.get_mut(&ClientKey::Lease(key.to_string())) else {
+            return;
+        };
+        c.connections = c.connections.saturating_sub(1);
+        if c.connections == 0 {
+            let end = Instant::now() + HOLD_GRACE;
+            c.expires = Some(c.expires.map_or(end, |e| e.min(end)));
+            c.disconnected = true;
+        }
+    }
+
+    /// How many settings lease `key` holds, if the state is free this instant (a hold
+    /// connection's heartbeat never waits on a write in progress).
+    pub fn holds_now(&self, key: &str) -> Option<usize> {
+        let st = match self.state.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(
+            st.get(&ClientKey::Lease(key.to_string()))
+                .map_or(0, |c| c.holds.len()),
+        )
     }
 
     /// Renew (or open) `r`'s lease; its expiry and how many settings it holds.
@@ -269,6 +323,7 @@ impl Clients {
         let c = self.client(&mut st, r);
         let e = Instant::now() + self.lease;
         c.expires = Some(e);
+        c.disconnected = false;
         (e, c.holds.len())
     }
 
@@ -289,6 +344,8 @@ impl Clients {
                     ClientKey::Lease(_) => Some(Instant::now() + lease),
                     ClientKey::Process(_) => None,
                 },
+                connections: 0,
+                disconnected: false,
                 exit: match &r.key {
                     ClientKey::Process(o) => {
                         let fd = crate::exits::pidfd(o);
@@ -327,6 +384,7 @@ impl Clients {
         if let ClientKey::Lease(_) = r.key {
             if let Some(c) = st.get_mut(&r.key) {
                 c.expires = Some(now + self.lease);
+                c.disconnected = false;
             }
         }
         let clash = |parts: Parts, want: Held, o: &Held| match (want, *o) {
@@ -628,6 +686,7 @@ impl Clients {
             }
             let why = match key {
                 ClientKey::Process(_) => "exited",
+                ClientKey::Lease(_) if c.disconnected => "hold connection closed",
                 ClientKey::Lease(_) => "lease lapsed",
             };
             lines.push(release_line(&c.who, why, c.guard.restore()));

@@ -1,5 +1,6 @@
-//! Server-sent power streams: `/gpu/stream_power` (one event per GPU sample) and
-//! `/cpu/stream_power` (one event per package sample).
+//! Server-sent streams: `/gpu/stream_power` (one event per GPU sample),
+//! `/cpu/stream_power` (one event per package sample) and `/client/hold` (a TCP client's
+//! heartbeat, which keeps its lease for as long as the connection is open).
 //!
 //! Each connection has its own timer, polled only while the response body is being read:
 //! when the client goes away hyper drops the body and with it the timer, so nothing samples
@@ -17,8 +18,14 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::app::{now_ms, Params, Shared};
+use crate::app::{now_ms, ApiError, Params, Shared};
 use crate::gpu::power_mw;
+use crate::owners::ClientKey;
+use crate::peer::Caller;
+
+/// How often `/client/hold` writes: a connection whose client is gone fails the second write
+/// after the peer's kernel closed it, so this bounds how late the daemon notices.
+const HOLD_BEAT: Duration = Duration::from_millis(250);
 
 /// Every `period`, `sample()`'s events, one by one; ends when `stop` turns true.
 fn poll_stream<F>(
@@ -142,5 +149,71 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
             }
         }
         out
+    }))
+}
+
+/// A hold connection's place in its client's lease; closing the connection (hyper drops the
+/// body) drops it.
+struct HoldOpen {
+    app: Shared,
+    key: String,
+}
+
+impl Drop for HoldOpen {
+    fn drop(&mut self) {
+        let (app, key) = (self.app.clone(), std::mem::take(&mut self.key));
+        // The client table's lock may be held across a driver call by a write: not on an
+        // async worker.
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn_blocking(move || app.clients.hold_closed(&key));
+            }
+            Err(_) => app.clients.hold_closed(&key),
+        }
+    }
+}
+
+/// `GET /client/hold` (our extension, group gpu-control): a TCP client keeps this open while
+/// it holds settings (and renews its lease as before: the connection does not). When the
+/// connection closes (the client exited, or its kernel closed the socket of a SIGKILLed
+/// client) the lease ends a second later unless the client reconnects. Events every 250 ms:
+/// `data: {"client", "holds", "lease_seconds"}` (`holds` null when the count was busy to
+/// read). A Unix-socket client is held by its process: 400.
+pub async fn client_hold(State(app): State<Shared>, caller: Caller) -> Response {
+    let r = app.clients.identify(&caller);
+    let ClientKey::Lease(key) = r.key.clone() else {
+        return ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "a Unix-socket client's settings are held for as long as its process runs; \
+             /client/hold is for TCP clients",
+        )
+        .into_response();
+    };
+    let holds = {
+        let app = app.clone();
+        match tokio::task::spawn_blocking(move || app.clients.hold_opened(&r)).await {
+            Ok(n) => n,
+            Err(e) => {
+                return ApiError::new(
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("opening the hold: {e}"),
+                )
+                .into_response()
+            }
+        }
+    };
+    let open = HoldOpen {
+        app: app.clone(),
+        key: key.clone(),
+    };
+    let lease = app.clients.lease().as_secs_f64();
+    let mut first = Some(holds);
+    let stop = app.stopping.clone();
+    sse(poll_stream(stop, HOLD_BEAT, move || {
+        let holds = first
+            .take()
+            .or_else(|| open.app.clients.holds_now(&open.key));
+        vec![Event::default()
+            .data(json!({"client": open.key, "holds": holds, "lease_seconds": lease}).to_string())]
     }))
 }

@@ -336,6 +336,88 @@ fn a_tcp_clients_settings_last_as_long_as_its_lease() {
     );
 }
 
+/// Open `GET /client/hold` over TCP as `headers`' client; the stream and its first event.
+fn open_hold(d: &Daemon, headers: &str) -> (BufReader<std::net::TcpStream>, serde_json::Value) {
+    let Addr::Tcp(a) = &d.addr else { panic!() };
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /client/hold HTTP/1.1\r\nHost: zeusd\r\n{headers}\r\n"
+    )
+    .unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let event = next_event(&mut r);
+    (r, event)
+}
+
+/// The next `data:` event of an event stream (chunked framing lines are skipped).
+fn next_event(r: &mut BufReader<std::net::TcpStream>) -> serde_json::Value {
+    loop {
+        let mut line = String::new();
+        assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(data) = line.strip_prefix("data: ") {
+            return serde_json::from_str(data.trim()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_tcp_clients_hold_connection_keeps_its_lease_and_its_close_ends_it_within_a_second_or_so() {
+    // The lease is long (the default minute): only the connection can end the hold quickly.
+    let d = daemon().tcp().start();
+    let job = "X-Zeusd-Client: job-1\r\n";
+    let (st, body) = tcp_req(&d, "POST", &set_limit(200_000), job);
+    assert_eq!(st, 200, "{body}");
+    let (mut hold, first) = open_hold(&d, job);
+    assert_eq!(first["client"], "client=job-1", "{first}");
+    assert_eq!(first["holds"], 1, "{first}");
+    assert_eq!(first["lease_seconds"], 60.0, "{first}");
+    // Heartbeats keep coming.
+    for _ in 0..3 {
+        assert_eq!(next_event(&mut hold)["holds"], 1);
+    }
+    // A dropped connection the client replaces at once keeps the hold.
+    drop(hold);
+    let (mut hold, _) = open_hold(&d, job);
+    let kept_until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < kept_until {
+        assert_eq!(next_event(&mut hold)["holds"], 1);
+    }
+    assert_eq!(d.power_limit(0, None), 200_000, "{}", d.stderr());
+    // The client goes away (its kernel closes the socket): the original is back in about a
+    // second, though the lease had most of a minute left.
+    let closed = Instant::now();
+    drop(hold);
+    let took = within(Duration::from_secs(3), || {
+        d.power_limit(0, None) == ORIGINAL_MW
+    });
+    assert!(took.is_some(), "{}", d.stderr());
+    assert!(
+        closed.elapsed() >= Duration::from_millis(900),
+        "before the grace ended"
+    );
+    assert!(
+        within(Duration::from_secs(1), || d
+            .stderr()
+            .contains("hold connection closed"))
+        .is_some(),
+        "{}",
+        d.stderr()
+    );
+}
+
+#[test]
+fn a_unix_socket_client_is_held_by_its_process_not_a_hold_connection() {
+    let d = daemon().start();
+    let (st, body) = d.get("/client/hold");
+    assert_eq!(st, 400, "{body}");
+    assert!(body.to_string().contains("Unix-socket"), "{body}");
+}
+
 #[test]
 fn sigterm_restores_what_live_clients_hold() {
     let mut d = daemon().start();

@@ -225,6 +225,12 @@ def _process_client_id() -> str:
     return _client_id[1]
 
 
+# The hold connection's retry pause after a failure, first and longest (s), and the silence
+# (s) after which it is taken for dead (the daemon beats every 250 ms).
+_HOLD_RETRY = (0.2, 2.0)
+_HOLD_SILENCE = 5.0
+
+
 def _ids(ids: Iterable[int], what: str = "GPU") -> str:
     values = [int(i) for i in ids]
     if not values:
@@ -265,6 +271,12 @@ class ZeusdClient:
         self._client: Optional[httpx.Client] = None
         self._lock = threading.Lock()
         self._renewer: Optional[threading.Thread] = None
+        # Set by each write over TCP, cleared by the lease thread when it looks: a write
+        # racing the thread's decision that nothing is held keeps it holding.
+        self._lease_wanted = False
+        # Set while the hold connection is up (or the lease is renewed instead): a write
+        # returns only then, so a job killed right after it still gets its original back.
+        self._hold_ready = threading.Event()
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdClient]:
@@ -413,17 +425,94 @@ class ZeusdClient:
     def _keep_lease(self) -> None:
         """Keep this process's TCP lease while it holds anything.
 
-        Over TCP a hold lasts as long as its lease: a daemon thread renews it at a third of the
-        lease while the daemon says this process holds anything (a SIGKILLed job stops
-        renewing, and the daemon restores its settings when the lease runs out).
+        Over TCP the daemon knows no process to watch. A daemon thread keeps a
+        `GET /client/hold` connection open while the daemon says this process holds anything,
+        and renews the lease at a third of its length (a connection cut off without a close,
+        a network gone, then still ends with the lease): when the process ends, even by
+        SIGKILL, its kernel closes the connection and the daemon restores its settings about a
+        second later. Where no hold connection can be kept (a
+        daemon older than the endpoint), the thread renews the lease at a third of its length
+        instead, and a killed job's settings come back when the lease runs out.
+
+        Returns once the connection is up (at most a few seconds), so that a job killed right
+        after its write is restored too.
         """
         with self._lock:
-            if self._renewer is not None and self._renewer.is_alive():
-                return
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="zeusd-lease", daemon=True
+            self._lease_wanted = True
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(
+                    target=self._hold_loop, name="zeusd-lease", daemon=True
+                )
+                self._renewer.start()
+        if not self._hold_ready.wait(_HOLD_SILENCE):
+            logger.warning(
+                "zeusd at %s: no hold connection after %.0f s; the setting lasts as long as the "
+                "daemon's lease unless the connection comes up",
+                self.endpoint,
+                _HOLD_SILENCE,
             )
-            self._renewer.start()
+
+    def _hold_loop(self) -> None:
+        import httpx
+
+        pause = _HOLD_RETRY[0]
+        while True:
+            with self._lock:
+                self._lease_wanted = False
+            try:
+                holds = self._hold_once()
+            except ZeusGPUNotSupportedError:  # a daemon without the endpoint
+                self._hold_ready.set()
+                self._renew_loop()
+                return
+            except (httpx.HTTPError, ZeusBaseGPUError, ValueError) as e:
+                # The daemon restarting, a dropped connection: the lease outlives a short
+                # absence (the daemon's grace after a hold closes), so reconnect soon.
+                self._hold_ready.clear()
+                logger.debug("The zeusd hold connection failed: %s", e)
+                time.sleep(pause)
+                pause = min(2 * pause, _HOLD_RETRY[1])
+                continue
+            self._hold_ready.clear()
+            pause = _HOLD_RETRY[0]
+            if holds == 0:
+                with self._lock:
+                    # A write since the last look wants the lease kept: go on holding.
+                    if not self._lease_wanted:
+                        self._renewer = None
+                        return
+
+    def _hold_once(self) -> Optional[int]:
+        """One hold connection, until it ends (None) or the daemon says nothing is held (0).
+
+        The lease is renewed at a third of its length meanwhile.
+        """
+        import json
+
+        import httpx
+
+        # Beats come every 250 ms: a connection silent for seconds is dead.
+        timeout = httpx.Timeout(_HOLD_SILENCE, connect=5.0)
+        renewed = time.monotonic()
+        with self._http().stream("GET", "/client/hold", timeout=timeout) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise self._status_error("GET", "/client/hold", resp)
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                event = json.loads(line[5:])
+                self._hold_ready.set()
+                if not isinstance(event, dict):
+                    continue
+                if event.get("holds") == 0:
+                    return 0
+                lease = event.get("lease_seconds")
+                if isinstance(lease, (int, float)) and lease > 0:
+                    if time.monotonic() - renewed >= max(0.2, float(lease) / 3.0):
+                        self._request("POST", "/client/renew_lease", {})
+                        renewed = time.monotonic()
+        return None
 
     def _renew_loop(self) -> None:
         interval = 1.0
@@ -437,7 +526,12 @@ class ZeusdClient:
                 time.sleep(interval)
                 continue
             if not isinstance(answer, dict) or not answer.get("holds"):
-                return  # nothing held: the next write starts renewing again
+                with self._lock:
+                    if not self._lease_wanted:
+                        self._renewer = None
+                        return  # nothing held: the next write starts renewing again
+                    self._lease_wanted = False
+                continue
             lease = answer.get("lease_seconds")
             if isinstance(lease, (int, float)) and lease > 0:
                 interval = max(0.2, float(lease) / 3.0)
