@@ -69,9 +69,11 @@ def test_prolog_and_epilog_record_the_jobs_gpu_energy(tmp_path: Path) -> None:
         }
         before = _energies(base)
         subprocess.run([str(RECIPE / "zeus-energy-prolog.sh")], env=job_env, check=True, timeout=30)
-        # The job runs until the GPUs have drawn a good kilojoule each.
+        # The job runs until the GPUs have drawn a good kilojoule each since the prolog
+        # returned (on a busy machine the prolog's own read may come a second after `before`).
+        started = _energies(base)
         deadline = time.monotonic() + 30
-        while _energies(base)["0"] < before["0"] + 1000:
+        while _energies(base)["0"] < started["0"] + 1000:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         subprocess.run([str(RECIPE / "zeus-energy-epilog.sh")], env=job_env, check=True, timeout=30)
