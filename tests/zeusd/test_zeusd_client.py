@@ -835,26 +835,37 @@ _CUMULATIVE = """
 import json, time, httpx, zeus.device.sim as sim
 c = httpx.Client(transport=httpx.HTTPTransport(uds={sock!r}), base_url="http://zeusd")
 def energy():
+    # The true energy just before and just after the request: the answer is for a moment
+    # in between (a request held up for 30 ms spans 20 J of busy power).
+    before = sim.true_energy(0)
     r = c.get("/gpu/get_cumulative_energy", params={{"gpu_ids": "0"}})
+    after = sim.true_energy(0)
     r.raise_for_status()
-    return r.json()["0"]["energy_mj"] / 1000.0
+    a = r.json()["0"]
+    return a["energy_mj"] / 1000.0, a["uncertainty_mj"] / 1000.0, before, after
 sim.set_busy(0, True)
 time.sleep(1.0)  # the daemon's sampler sees the load
 out = []
-for _ in range(3):
-    t0, e0 = sim.true_energy(0), energy()
-    time.sleep(1.5)
-    e1, t1 = energy(), sim.true_energy(0)
-    out.append((e1 - e0, t1 - t0))
+for _ in range({pairs}):
+    e0, u0, b0, a0 = energy()
+    time.sleep({gap})
+    e1, u1, b1, a1 = energy()
+    # Served difference; the truth's least and most over the requests' spans; the bound.
+    out.append((e1 - e0, b1 - a0, a1 - b0, u0 + u1))
 print(json.dumps(out))
 """
 
 
 def test_cached_cumulative_energy_follows_the_counter(tmp_path: Path) -> None:
-    """`get_cumulative_energy` answers from the sampler's cache (no counter read per request);
-    over 1.5 s of load its differences match the simulator's truth within 5% (usually 0.2%;
-    one difference in ~10 runs is off by ~3%, about half an update of busy power: a known gap;
-    a direct read at both ends is off by up to an update, 7% here)."""
+    """`get_cumulative_energy` answers from the sampler's cache (no counter read per request):
+    over 1 s of load, differences of two answers are within the sum of their `uncertainty_mj`
+    (95% bounds) of the simulator's truth in at least 11 of 12, and the bounds stay useful
+    (median under 5% of the difference; a direct read at both ends is off by up to an update,
+    10% here).
+
+    A known gap: about one difference in 40 (daemon on the shared simulated GPU) spans a shift
+    of the cache's scale by 25-40 J, a little past its bound; hence 11 of 12, and 15% at worst.
+    """
     state = tmp_path / "shared-sim"
     sock = tmp_path / "zeusd.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZEUSD_", "ZEUS_SIM_"))}
@@ -877,7 +888,7 @@ def test_cached_cumulative_energy_follows_the_counter(tmp_path: Path) -> None:
             assert daemon.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         out = subprocess.run(
-            [sys.executable, "-c", _CUMULATIVE.format(sock=str(sock))],
+            [sys.executable, "-c", _CUMULATIVE.format(sock=str(sock), pairs=12, gap=1.0)],
             env=env,
             capture_output=True,
             text=True,
@@ -888,5 +899,9 @@ def test_cached_cumulative_energy_follows_the_counter(tmp_path: Path) -> None:
         daemon.terminate()
         daemon.wait(timeout=10)
     pairs = json.loads(out)
-    for served, truth in pairs:
-        assert served == pytest.approx(truth, rel=0.05), pairs
+    for served, low, high, _ in pairs:
+        assert 0.85 * low <= served <= 1.15 * high, pairs
+    covered = sum(low - bound <= served <= high + bound for served, low, high, bound in pairs)
+    assert covered >= 11, pairs
+    bounds = sorted(bound / low for _, low, _, bound in pairs)
+    assert bounds[len(bounds) // 2] < 0.05, pairs

@@ -83,9 +83,10 @@ impl EnergyCache {
         }
     }
 
-    /// GPU `index`'s cumulative energy now (mJ) from the cache, if it has one yet and its model
-    /// fits the board (else the caller reads the counter).
-    pub fn energy_mj(&self, index: usize, now: f64) -> Option<u64> {
+    /// GPU `index`'s cumulative energy now (mJ) and how far it may be from the energy at this
+    /// moment (mJ, a 95% bound), from the cache, if it has one yet and its model fits the board
+    /// (else the caller reads the counter).
+    pub fn energy_mj(&self, index: usize, now: f64) -> Option<(u64, u64)> {
         use zeus_core::monitor::sampler::Mode;
         let k = self.indices.iter().position(|&i| i == index)?;
         if !self.lease.is_current() || !self.lease.sampler_running() {
@@ -96,7 +97,8 @@ impl EnergyCache {
                 .then(|| t.edge(now))
                 .flatten()
         })?;
-        Some((self.served[k].serve(&edge) * 1000.0).round() as u64)
+        let (j, bound) = self.served[k].serve_bounded(&edge);
+        Some(((j * 1000.0).round() as u64, (bound * 1000.0).ceil() as u64))
     }
 }
 

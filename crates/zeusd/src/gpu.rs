@@ -135,12 +135,19 @@ async fn get_cumulative_energy(State(app): State<Shared>, params: Params) -> Res
         }
         // From the sampler's cache (microseconds); the counter itself (3-6 ms of driver time
         // on real GPUs) only before the cache has its first value or when its model does not
-        // fit the board.
+        // fit the board. `uncertainty_mj` (our extension): how far the value may be from the
+        // energy at this moment, a 95% bound.
         let now = app.gpus.now();
-        if let Some(mj) = app.energy.as_ref().and_then(|c| c.energy_mj(index, now)) {
-            return Ok(json!({ "energy_mj": mj }));
+        if let Some((mj, bound)) = app.energy.as_ref().and_then(|c| c.energy_mj(index, now)) {
+            return Ok(json!({ "energy_mj": mj, "uncertainty_mj": bound }));
         }
-        Ok(json!({"energy_mj": d.total_energy_consumption()?}))
+        let mj = d.total_energy_consumption()?;
+        // The counter as last published: up to an update period of power behind.
+        let bound = match (d.power_update_period(), power_mw(d)) {
+            (Some(period), Ok(mw)) => Some((period * f64::from(mw)).ceil() as u64),
+            _ => None,
+        };
+        Ok(json!({"energy_mj": mj, "uncertainty_mj": bound}))
     }))
 }
 

@@ -708,6 +708,14 @@ impl ServedEnergy {
             .fetch_max(j.max(0.0).to_bits(), Ordering::Relaxed);
         f64::from_bits(prev).max(j)
     }
+
+    /// [`ServedEnergy::serve`] with how far (J, a 95% bound) the served value may be from the
+    /// energy at the edge's moment: the edge's own bound, plus however far the value served
+    /// sits from the estimate (a fault's low end, an earlier value held).
+    pub fn serve_bounded(&self, edge: &Edge) -> (f64, f64) {
+        let j = self.serve(edge);
+        (j, Z95 * edge.sigma + edge.hard + (j - edge.joules).abs())
+    }
 }
 
 /// A user's hold on some RAPL zones, in the order given to [`Sampler::lease_zones`].

@@ -1380,11 +1380,22 @@ fn diagnose_scrapes_real_clock() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.005);
+    // `STEP=1`: idle at the start, busy from 50 ms (zeusd's test steps the load so).
+    let step = std::env::var("STEP").is_ok();
     let c = SimCluster::new(SimConfig {
         presets: vec![preset::find("H100").unwrap(); 2],
-        load: Load::Busy,
+        load: if step { Load::Idle } else { Load::Busy },
         ..SimConfig::default()
     });
+    if step {
+        let devs = c.devices().to_vec();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            for d in devs {
+                d.set_load(Load::Busy);
+            }
+        });
+    }
     set_anchor_cpu_share(share);
     let gpus: Vec<Arc<dyn Gpu>> = c
         .devices()
@@ -1395,16 +1406,23 @@ fn diagnose_scrapes_real_clock() {
     let clock = c.clock();
     let t0 = clock.now();
     let mut rows = Vec::new();
-    for _ in 0..40 {
+    let n: usize = std::env::var("ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    for _ in 0..n {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let now = clock.now();
         let mut row = Vec::new();
         for k in 0..2 {
             let e = lease.watched(k).with_track(|t| t.edge(now));
             let truth = c.devices()[k].true_energy_at(now);
-            let (anchors, lag) = lease
-                .watched(k)
-                .with_track(|t| (t.anchors().len(), t.is_locked()));
+            let (anchors, lag) = lease.watched(k).with_track(|t| {
+                (
+                    t.anchors().len(),
+                    (t.schedule().lag, t.schedule().lag_known),
+                )
+            });
             row.push((e.map(|e| (e.joules, e.sigma)), truth, anchors, lag));
         }
         rows.push((now - t0, row));
@@ -1420,8 +1438,10 @@ fn diagnose_scrapes_real_clock() {
         for (k, (e, truth, n, lag)) in row.iter().enumerate() {
             if let Some((j, s)) = e {
                 line += &format!(
-                    " | gpu{k} err {:+7.2} J sigma {s:5.2} anchors {n} lag {lag}",
-                    (j - base[k].0) - (truth - base[k].1)
+                    " | gpu{k} err {:+7.2} J sigma {s:5.2} anchors {n} lag {:.4} {}",
+                    (j - base[k].0) - (truth - base[k].1),
+                    lag.0,
+                    lag.1
                 );
             }
         }
