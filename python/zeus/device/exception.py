@@ -13,6 +13,8 @@ from zeus.exception import ZeusBaseError
 class ZeusBaseGPUError(ZeusBaseError):
     """Base class of GPU errors."""
 
+    cli_hint = "python -m zeus.show_env shows what zeus finds"
+
 
 class ZeusGPUInitError(ZeusBaseGPUError):
     """The GPU library could not be initialised (or a backend setting is wrong)."""
@@ -60,6 +62,12 @@ class ZeusGPUIRQError(ZeusBaseGPUError):
 
 class ZeusGPULibraryNotFoundError(ZeusBaseGPUError):
     """The GPU library (NVML) could not be found or loaded."""
+
+    cli_summary = "NVML (libnvidia-ml.so.1) could not be loaded: no NVIDIA GPU can be used"
+    cli_hint = (
+        "on a machine without one, ZEUS_GPU_BACKEND=sim uses the simulated GPU; "
+        "python -m zeus.show_env shows what zeus finds"
+    )
 
 
 class ZeusGPUFunctionNotFoundError(ZeusBaseGPUError):
@@ -112,6 +120,11 @@ class ZeusdConnectionError(ZeusdError, ConnectionError):
     Also a `ConnectionError`: the reference's `PowerStreamingClient` raises that for a daemon it
     cannot reach, and code written for it catches it.
     """
+
+    cli_hint = (
+        "check the address and that zeusd runs there (systemctl status zeusd, or start it "
+        "as the message shows)"
+    )
 
 
 class ZeusdSettingHeldError(ZeusdError):

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Callable, NoReturn, Sequence
 
+from zeus.exception import ZeusBaseError
+
 # Top-level modules of optional dependencies, and the extra that installs each.
 EXTRAS = {
     "uvicorn": "bso-server",
@@ -151,26 +153,10 @@ def describe(error: BaseException, extra: str | None = None) -> CliError | None:
             f"install the {needed!r} extra: pip install 'zeus-energy[{needed}]' "
             f"(from a clone: pip install '.[{needed}]')",
         )
-    from zeus.device.exception import (
-        ZeusBaseGPUError,
-        ZeusdConnectionError,
-        ZeusGPULibraryNotFoundError,
-    )
-
-    if isinstance(error, ZeusGPULibraryNotFoundError):
-        return CliError(
-            "NVML (libnvidia-ml.so.1) could not be loaded: no NVIDIA GPU can be used",
-            "on a machine without one, ZEUS_GPU_BACKEND=sim uses the simulated GPU; "
-            "python -m zeus.show_env shows what zeus finds",
-        )
-    if isinstance(error, ZeusdConnectionError):
-        return CliError(
-            _one_line(error),
-            "check the address and that zeusd runs there (systemctl status zeusd, or start it "
-            "as the message shows)",
-        )
-    if isinstance(error, ZeusBaseGPUError):
-        return CliError(_one_line(error), "python -m zeus.show_env shows what zeus finds")
+    # zeus's own errors say what a user should do about them (the GPU errors in
+    # `zeus.device.exception`), so this module needs no import of the layers above it.
+    if isinstance(error, ZeusBaseError) and error.cli_hint is not None:
+        return CliError(error.cli_summary or _one_line(error), error.cli_hint)
     if isinstance(error, OSError) and error.filename is not None:
         return CliError(
             f"{error.filename}: {error.strerror or _one_line(error)}",

@@ -19,7 +19,7 @@ _COLUMN = re.compile(r"^(gpu|cpu|dram)(\d+)_energy(_uncertainty)?$")
 
 
 class _FallbackMeasurement:
-    """Stands in for `zeus.monitor.Measurement` where that package is not built in."""
+    """Stands in for `zeus.monitor.Measurement` where the extension is not built in."""
 
     def __init__(self, time: float, energy: dict[int, float]) -> None:
         self.time = time
@@ -34,14 +34,13 @@ class _FallbackMeasurement:
 
 
 def _measurement(time: float, energy: dict[int, float], **extra: Any) -> Any:
-    # Imported on use: zeus.monitor is a sibling package this module must not load eagerly.
+    # `zeus.monitor.Measurement` is the binding's class: taken from the binding, so that this
+    # module (below zeus.monitor, which uses zeus.util) does not import a layer above it.
     try:
-        from zeus.monitor import Measurement
-    except ModuleNotFoundError as e:
-        if e.name not in ("zeus.monitor", "zeus.monitor.energy"):
-            raise
+        from zeus import _core
+    except ImportError:
         return _FallbackMeasurement(time, energy)
-    return Measurement(time=time, energy=energy, **extra)
+    return _core.Measurement(time=time, energy=energy, **extra)
 
 
 class ReplayZeusMonitor:

@@ -173,3 +173,22 @@ def test_the_default_scheduler_needs_no_argument_and_takes_microbatches_from_the
         AllMaxFrequency(_job(), _ranks(), settings)
     # Given both, the scheduler's argument wins.
     assert AllMaxFrequency(job, _ranks(), settings, num_microbatches=1).num_microbatches == 1
+
+
+def test_the_client_side_module_loads_no_server_settings() -> None:
+    """`common` is what clients import: the server's settings (and `pydantic-settings`) load
+    only when `common.PerseusSettings` is asked for, zeus 0.8's name for them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import zeus.optimizer.perseus.common as common\n"
+        "assert 'pydantic_settings' not in sys.modules\n"
+        "assert 'zeus.optimizer.perseus.server.config' not in sys.modules\n"
+        "from zeus.optimizer.perseus.server.config import PerseusSettings\n"
+        "assert common.PerseusSettings is PerseusSettings\n"
+        "from zeus.optimizer.perseus.common import PerseusSettings as again\n"
+        "assert again is PerseusSettings\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,20 +1,23 @@
-"""Models, settings and dump files shared by the Perseus server and client.
+"""Models and dump files shared by the Perseus server and client.
 
 The models and dump formats follow zeus 0.8 (`zeus.optimizer.perseus.common`), ported to
-pydantic v2. Needs the `perseus` extra (`pydantic-settings`).
+pydantic v2. The server's settings, which zeus 0.8 kept here, live in
+`zeus.optimizer.perseus.server.config` (the client needs neither them nor `pydantic-settings`);
+`PerseusSettings` is still importable from here, loaded on first use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import csv
-import inspect
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pydantic import BaseModel, Field, RootModel, TypeAdapter, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from zeus.optimizer.perseus.server.config import PerseusSettings
 
 __all__ = [
     "GET_FREQUENCY_SCHEDULE_URL",
@@ -45,66 +48,15 @@ REPORT_PROFILING_RESULT_URL = "/result/{job_id}"
 GET_JOB_ID_URL = "/job_id"
 
 
-class PerseusSettings(BaseSettings):
-    """Server settings, read from `PERSEUS_*` environment variables.
+def __getattr__(name: str) -> Any:
+    # zeus 0.8's `common.PerseusSettings`: the server's settings, loaded only when asked for
+    # (the one import from this module up into the server package, allowed by name in the
+    # import contract of pyproject.toml).
+    if name == "PerseusSettings":
+        from zeus.optimizer.perseus.server.config import PerseusSettings
 
-    Attributes:
-        scheduler: Scheduler class, given by its name in
-            `zeus.optimizer.perseus.server.scheduler` (e.g. `"AllMaxFrequency"`); resolved to
-            the class on validation.
-        scheduler_args: Keyword arguments of the scheduler's constructor (JSON in the
-            environment), checked against its signature.
-        log_level: Server log level (upper-cased).
-        dump_data: Whether to dump ranks, schedules and profiling results to `dump_dir`.
-        dump_dir: Dump directory.
-        max_job_idle_time: Seconds after which a job nobody talked to is dropped.
-        cleanup_interval: Seconds between sweeps for idle jobs (not in the reference, which
-            hard-codes 60 s).
-
-    """
-
-    model_config = SettingsConfigDict(env_prefix="PERSEUS_")
-
-    # The reference's default, PointSolution, needs a solution file; this one needs no
-    # argument, so the server starts with no settings at all.
-    scheduler: Any = "AllMaxFrequency"
-    scheduler_args: dict[str, Any] = {}
-    log_level: str = "DEBUG"
-    dump_data: bool = True
-    dump_dir: str = "./dump"
-    max_job_idle_time: float = Field(default=60 * 60 * 24 * 7, gt=0)
-    cleanup_interval: float = Field(default=60.0, gt=0)
-
-    @field_validator("scheduler", mode="before")
-    @classmethod
-    def _resolve_scheduler(cls, value: Any) -> type:
-        from zeus.optimizer.perseus.server import scheduler as sched_mod
-
-        if isinstance(value, str):
-            found = getattr(sched_mod, value.rsplit(".", 1)[-1], None)
-            if not (inspect.isclass(found) and issubclass(found, sched_mod.FrequencyScheduler)):
-                raise ValueError(f"Unknown scheduler {value!r}")
-            return found
-        if inspect.isclass(value) and issubclass(value, sched_mod.FrequencyScheduler):
-            return value
-        raise ValueError(f"Unknown scheduler {value!r}")
-
-    @field_validator("log_level")
-    @classmethod
-    def _upper(cls, value: str) -> str:
-        return value.upper()
-
-    @model_validator(mode="after")
-    def _check_scheduler_args(self) -> PerseusSettings:
-        # The first three parameters (job_info, rank_infos, perseus_settings) are supplied by the
-        # job manager; the rest must bind to `scheduler_args`.
-        try:
-            inspect.signature(self.scheduler).bind(None, None, None, **self.scheduler_args)
-        except TypeError as e:
-            raise ValueError(
-                f"Invalid scheduler args {self.scheduler_args!r} for {self.scheduler.__name__}: {e}"
-            ) from e
-        return self
+        return PerseusSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class JobInfo(BaseModel):

@@ -31,8 +31,7 @@ from __future__ import annotations
 import gc
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from typing import Any, AsyncIterator, Optional
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -61,6 +60,7 @@ from zeus.optimizer.batch_size.server.auth import (
 from zeus.optimizer.batch_size.server.config import ZeusBsoSettings
 from zeus.optimizer.batch_size.server.db import Database
 from zeus.optimizer.batch_size.server.keepalive import KeepAlivePolicy
+from zeus.optimizer.batch_size.server.routes import QueryParam, Route
 from zeus.optimizer.batch_size.server.service import BsoService
 
 logger = logging.getLogger("zeus.optimizer.batch_size.server")
@@ -76,51 +76,6 @@ REDOC_URL = "/redoc"
 
 _JSON = b"application/json"
 _CLOSE_HEADER = (b"connection", b"close")
-
-# A handler gets the service and the validated query values and body, in the route's order;
-# it returns the status and the answer's model (None answers JSON null).
-Handler = Callable[..., Awaitable[tuple[int, Optional[BaseModel]]]]
-
-
-@dataclass(frozen=True)
-class QueryParam:
-    """A query parameter, validated with `adapter`; an optional one absent is None."""
-
-    name: str
-    adapter: TypeAdapter
-    description: str
-    required: bool = True
-
-
-@dataclass(frozen=True)
-class Route:
-    """One endpoint: how it is served, and how `openapi.py` documents it.
-
-    Attributes:
-        method: HTTP method.
-        path: URL path.
-        handler: The coroutine that answers it (see `Handler`).
-        summary: One line for the documentation.
-        query: Its query parameters.
-        body: The model of its JSON body, if it has one.
-        answers: Success status -> (model of the answer or None for null, description).
-        errors: The error statuses it may answer (401 is added when a token is configured).
-
-    """
-
-    method: str
-    path: str
-    handler: Handler
-    summary: str
-    query: tuple[QueryParam, ...] = ()
-    body: Optional[type[BaseModel]] = None
-    answers: tuple[tuple[int, Optional[type[BaseModel]], str], ...] = ()
-    errors: tuple[int, ...] = ()
-
-    @property
-    def where(self) -> str:
-        """The part of the request whose fields the service's errors are about."""
-        return "body" if self.body is not None else "query"
 
 
 async def _register(service: BsoService, job: JobSpecFromClient) -> tuple[int, BaseModel]:

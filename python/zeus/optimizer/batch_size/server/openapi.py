@@ -17,7 +17,7 @@ import zeus
 from zeus.optimizer.batch_size.server import errors
 
 if TYPE_CHECKING:
-    from zeus.optimizer.batch_size.server.app import Route
+    from zeus.optimizer.batch_size.server.routes import Route
 
 _REF = "#/components/schemas/{model}"
 _BEARER = "bearerAuth"

@@ -17,7 +17,7 @@ GRACE_S = 3
 
 
 def _settings() -> type:
-    from zeus.optimizer.perseus.common import PerseusSettings
+    from zeus.optimizer.perseus.server.config import PerseusSettings
 
     return PerseusSettings
 
@@ -37,7 +37,7 @@ def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     import uvicorn
 
-    from zeus.optimizer.perseus.common import PerseusSettings
+    from zeus.optimizer.perseus.server.config import PerseusSettings
     from zeus.optimizer.perseus.server.router import create_app
 
     settings = PerseusSettings()  # fail fast on bad settings, before binding the port

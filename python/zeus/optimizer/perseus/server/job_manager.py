@@ -17,13 +17,13 @@ from typing import Optional
 from zeus.optimizer.perseus.common import (
     FrequencySchedule,
     JobInfo,
-    PerseusSettings,
     ProfilingResult,
     RankInfo,
     save_prof,
     save_ranks,
     save_sched,
 )
+from zeus.optimizer.perseus.server.config import PerseusSettings
 from zeus.optimizer.perseus.server.scheduler import FrequencyScheduler
 from zeus.util.logging import get_logger
 

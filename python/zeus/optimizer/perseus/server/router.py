@@ -25,10 +25,10 @@ from zeus.optimizer.perseus.common import (
     REPORT_PROFILING_RESULT_URL,
     FrequencySchedule,
     JobInfo,
-    PerseusSettings,
     ProfilingResult,
     RankInfo,
 )
+from zeus.optimizer.perseus.server.config import PerseusSettings
 from zeus.optimizer.perseus.server.job_manager import (
     JobManager,
     PerseusError,

@@ -21,19 +21,22 @@ import json
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from pathlib import Path
-from typing import Generator, Sequence
+from typing import TYPE_CHECKING, Generator, Sequence
 
 from zeus.optimizer.perseus.common import (
     FrequencySchedule,
     InstructionProfilingResult,
     JobInfo,
     OfflineProfilingResult,
-    PerseusSettings,
     ProfilingResult,
     RankInfo,
 )
 from zeus.optimizer.perseus.frontier import FrontierPlan, PipelineFrontier, stage_instructions
 from zeus.util.logging import get_logger
+
+if TYPE_CHECKING:
+    # Type-only: the settings resolve scheduler names against this module.
+    from zeus.optimizer.perseus.server.config import PerseusSettings
 
 __all__ = [
     "AllMaxFrequency",
