@@ -36,7 +36,11 @@ def _named_paths(text: str) -> set[str]:
 
 def _tree() -> tuple[set[str], set[str]]:
     files = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     dirs = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
     return set(files), dirs

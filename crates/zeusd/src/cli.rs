@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::app::Group;
+use crate::api::Group;
 
 #[derive(Parser)]
 #[command(

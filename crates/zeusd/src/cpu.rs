@@ -13,55 +13,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Json;
 use serde_json::{json, Map, Value};
-use zeus_core::device::cpu::{CpuError, Cpus, RaplZone};
-use zeus_core::monitor::sampler::{Sampler, ZoneLease};
+use zeus_core::device::cpu::{CpuError, RaplZone};
 
-use crate::app::{now_ms, ApiError, App, Params, Shared};
-
-/// The CPUs the daemon serves.
-pub enum CpuState {
-    /// RAPL is present; every zone is leased.
-    Ready { cpus: Cpus, _lease: ZoneLease },
-    /// cpu-read is on by default but RAPL is not usable here: why.
-    Missing(String),
-    /// cpu-read is not enabled.
-    Off,
-}
-
-impl CpuState {
-    /// Open RAPL (or the simulated CPUs) and lease every zone.
-    pub fn open() -> Result<CpuState, String> {
-        let cpus = Cpus::from_env().map_err(|e| e.to_string())?;
-        let zones = cpus.zones(&cpus.all_indices()).map_err(|e| e.to_string())?;
-        let lease = Sampler::lease_zones(&zones)
-            .map_err(|e| format!("cannot start the RAPL sampler thread: {e}"))?;
-        Ok(CpuState::Ready {
-            cpus,
-            _lease: lease,
-        })
-    }
-
-    /// The packages, or the error every /cpu path answers with.
-    pub fn cpus(&self) -> Result<&Cpus, ApiError> {
-        match self {
-            CpuState::Ready { cpus, .. } => Ok(cpus),
-            CpuState::Missing(why) => Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("RAPL is missing on this machine, no CPU energy to serve: {why}"),
-            )),
-            CpuState::Off => Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "API group cpu-read is disabled on this daemon",
-            )),
-        }
-    }
-}
+use crate::api::{now_ms, ApiError, Params};
+use crate::state::{App, Shared};
 
 pub fn routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
     vec![
         ("/cpu/get_cumulative_energy", get(get_cumulative_energy)),
         ("/cpu/get_power", get(get_power)),
-        ("/cpu/stream_power", get(crate::stream::cpu_stream_power)),
     ]
 }
 

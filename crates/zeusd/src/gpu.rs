@@ -17,9 +17,10 @@ use serde_json::{json, Map, Value};
 use zeus_core::device::settings::Kind;
 use zeus_core::device::{Gpu, GpuError};
 
-use crate::app::{now_ms, ApiError, App, DeviceErrors, Params, Shared};
+use crate::api::{gpu_status, now_ms, ApiError, DeviceErrors, Params, Write};
 use crate::owners::{ClientKey, Requester, WriteError};
 use crate::peer::Caller;
+use crate::state::{App, Shared};
 
 pub fn read_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
     vec![
@@ -31,7 +32,6 @@ pub fn read_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
         ("/gpu/get_cumulative_energy", get(get_cumulative_energy)),
         ("/gpu/get_power", get(get_power)),
         ("/gpu/get_persistence_mode", get(get_persistence_mode)),
-        ("/gpu/stream_power", get(crate::stream::gpu_stream_power)),
     ]
 }
 
@@ -52,17 +52,7 @@ pub fn control_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
         ("/gpu/reset_locked_clocks", post(reset_locked_clocks)),
         ("/gpu/release", post(release)),
         ("/client/renew_lease", post(renew_lease)),
-        ("/client/hold", get(crate::stream::client_hold)),
     ]
-}
-
-/// The status a device error answers with.
-pub fn gpu_status(e: &GpuError) -> StatusCode {
-    match e {
-        GpuError::NoPermission(_) => StatusCode::FORBIDDEN,
-        GpuError::InvalidArg(_) | GpuError::NotSupported(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
 }
 
 /// `{"<id>": read(gpu)}` for `gpu_ids` (all GPUs when absent); per-GPU errors aggregated.
@@ -171,21 +161,6 @@ async fn get_power(State(app): State<Shared>, params: Params) -> Response {
         Ok(m) => Json(json!({"timestamp_ms": now_ms(), "power_mw": m})).into_response(),
         Err(e) => e.into_response(),
     }
-}
-
-/// One write, applied to each GPU of `gpu_ids`.
-#[derive(Clone, Copy, Debug)]
-pub enum Write {
-    PowerLimit(u32),
-    Persistence(bool),
-    LockGpu(u32, u32),
-    LockMem(u32, u32),
-    ResetGpu,
-    ResetMem,
-    ResetBoth,
-    /// Give back the caller's hold of a setting (our extension): the daemon puts it back to
-    /// its original unless another live client holds it too. Not held: nothing to do.
-    Release(Kind),
 }
 
 fn clock_range(params: &Params) -> Result<(u32, u32), ApiError> {

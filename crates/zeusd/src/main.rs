@@ -4,9 +4,11 @@
 //! What exists:
 //! - `zeusd serve` ([`serve`]): `/discover`, `/time`, the `/gpu/*` reads and writes
 //!   ([`gpu`]), `/cpu/*` energy and power from RAPL ([`cpu`]), server-sent power streams
-//!   ([`stream`]); API groups (`--enable`), a disabled group answering 404 ([`app`]); HS256
-//!   bearer tokens with per-group scopes when `--signing-key-path` is given ([`auth`]); the
-//!   Unix-socket peer's uid/gid/pid from `SO_PEERCRED`, logged with every write ([`peer`]).
+//!   ([`stream`]); API groups (`--enable`), a disabled group answering 404 ([`router`]);
+//!   HS256 bearer tokens ([`token`]) with per-group scopes when `--signing-key-path` is given
+//!   ([`auth`]); the Unix-socket peer's uid/gid/pid from `SO_PEERCRED`, logged with every
+//!   write ([`peer`]). Modules depend only on those below them: [`api`] (the vocabulary),
+//!   [`token`], [`exits`], [`peer`], [`owners`], [`state`], [`auth`], the handlers, [`router`].
 //! - GPU power limits and clock locks are held on behalf of the client that asked ([`owners`]):
 //!   a Unix-socket client is its process (zeus-core `Owner`: pid, start time, boot), journaled
 //!   as the holder through a `SettingsGuard` acting for it, and released by a watcher thread
@@ -21,7 +23,7 @@
 //! Not yet: conflicts with processes that change GPUs without the daemon (they appear in the
 //! journal, but the daemon checks conflicts only against its own clients).
 
-mod app;
+mod api;
 mod auth;
 mod cli;
 mod cpu;
@@ -29,21 +31,24 @@ mod exits;
 mod gpu;
 mod owners;
 mod peer;
+mod router;
 mod serve;
+mod state;
 mod stream;
+mod token;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::auth::{Claims, Signer};
 use crate::cli::{Cli, Command, Expires, IssueArgs, TokenCommand, UnitArgs};
+use crate::token::{Claims, Signer};
 
 fn issue(args: &IssueArgs) -> Result<String, String> {
     let signer = Signer::from_file(&args.signing_key_path)?;
     let exp = match args.expires {
         Expires::Never => None,
-        Expires::After(d) => Some(app::now_ms() / 1000 + d.as_secs()),
+        Expires::After(d) => Some(api::now_ms() / 1000 + d.as_secs()),
     };
     Ok(signer.issue(&Claims {
         sub: args.user.clone(),

@@ -32,8 +32,8 @@ use serde_json::{json, Value};
 use zeus_core::device::settings::{Journal, Kind, Owner, Released, SettingsError, SettingsGuard};
 use zeus_core::device::{GpuError, Gpus};
 
+use crate::api::{gpu_status, Write};
 use crate::exits::{Bell, Woken};
-use crate::gpu::{gpu_status, Write};
 use crate::peer::{Caller, Peer};
 
 /// How often the watcher looks for clients that are gone.

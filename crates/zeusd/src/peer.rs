@@ -16,7 +16,7 @@ use axum::serve::IncomingStream;
 use tokio::net::{TcpListener, UnixListener};
 use zeus_http::Bounded;
 
-use crate::auth::Identity;
+use crate::token::Identity;
 
 /// The client of one connection.
 #[derive(Clone, Debug, PartialEq, Eq)]

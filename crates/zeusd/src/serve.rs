@@ -16,12 +16,14 @@ use zeus_core::device::settings::{restore_stale, Journal};
 use zeus_core::device::{BackendKind, Gpus, SystemClock};
 use zeus_http::{Bounded, Limits};
 
-use crate::app::{router, App, EnergyCache, Group};
-use crate::auth::Signer;
+use crate::api::Group;
 use crate::cli::{Mode, ServeArgs};
-use crate::cpu::CpuState;
 use crate::owners::{Clients, WATCH_PERIOD};
 use crate::peer::Peer;
+use crate::router::router;
+use crate::state::CpuState;
+use crate::state::{App, EnergyCache};
+use crate::token::Signer;
 
 /// How long requests in flight may take after the stop signal.
 const GRACE: Duration = Duration::from_secs(3);

@@ -18,14 +18,26 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
-use crate::app::{now_ms, ApiError, Params, Shared};
+use axum::routing::{get, MethodRouter};
+
+use crate::api::{now_ms, ApiError, Group, Params};
 use crate::gpu::power_mw;
 use crate::owners::ClientKey;
 use crate::peer::Caller;
+use crate::state::Shared;
 
 /// How often `/client/hold` writes: a connection whose client is gone fails the second write
 /// after the peer's kernel closed it, so this bounds how late the daemon notices.
 const HOLD_BEAT: Duration = Duration::from_millis(250);
+
+/// The streaming paths of `group`.
+pub fn routes(group: Group) -> Vec<(&'static str, MethodRouter<Shared>)> {
+    match group {
+        Group::GpuRead => vec![("/gpu/stream_power", get(gpu_stream_power))],
+        Group::GpuControl => vec![("/client/hold", get(client_hold))],
+        Group::CpuRead => vec![("/cpu/stream_power", get(cpu_stream_power))],
+    }
+}
 
 /// Every `period`, `sample()`'s events, one by one; ends when `stop` turns true.
 fn poll_stream<F>(
