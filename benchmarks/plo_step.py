@@ -21,8 +21,8 @@ os.environ.setdefault("ZEUS_GPU_BACKEND", "sim")
 os.environ.setdefault("ZEUS_SIM_CLOCK", "virtual")
 os.environ.setdefault("ZEUS_STATE_DIR", tempfile.mkdtemp(prefix="zeus-bench-state-"))
 
-from zeus.optimizer import GlobalPowerLimitOptimizer  # noqa: E402
-from zeus.optimizer.power_limit import Done, Profiling  # noqa: E402
+from zeus.optimizer import GlobalPowerLimitOptimizer
+from zeus.optimizer.power_limit import Done, Profiling
 
 
 class NullMonitor:

@@ -23,7 +23,7 @@ from zeusd_load import ROOT, cpu_seconds, start
 
 sys.path.insert(0, str(ROOT / "python"))
 
-from zeus.monitor.power_streaming import PowerStreamingClient, ZeusdUdsConfig  # noqa: E402
+from zeus.monitor.power_streaming import PowerStreamingClient, ZeusdUdsConfig
 
 
 def main() -> None:

@@ -24,10 +24,10 @@ os.environ.setdefault("ZEUS_SIM_CLOCK", "virtual")
 # Keep the demo's crash journal out of the user's state directory.
 os.environ.setdefault("ZEUS_STATE_DIR", tempfile.mkdtemp(prefix="zeus-demo-state-"))
 
-import zeus.device.sim  # noqa: E402
-from zeus.monitor import ZeusMonitor  # noqa: E402
-from zeus.optimizer import GlobalPowerLimitOptimizer  # noqa: E402
-from zeus.optimizer.power_limit import Done, ZeusCost  # noqa: E402
+import zeus.device.sim
+from zeus.monitor import ZeusMonitor
+from zeus.optimizer import GlobalPowerLimitOptimizer
+from zeus.optimizer.power_limit import Done, ZeusCost
 
 WORK_PER_STEP = 1e-4  # fraction of one trace epoch per training step
 

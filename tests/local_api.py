@@ -20,7 +20,7 @@ class LocalApi:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 url = urlparse(self.path)
                 api.requests.append((url.path, parse_qs(url.query), dict(self.headers)))
                 status, body = api.routes.get(url.path, (404, {"error": "no such path"}))

@@ -159,7 +159,7 @@ class Pushgateway(ServerProcess):
 
     name = "pushgateway"
 
-    def args(self) -> list[str]:  # noqa: D102
+    def args(self) -> list[str]:
         return [
             f"--web.listen-address={self.address}",
             f"--persistence.file={self.data_dir / 'pushgateway.data'}",
@@ -255,7 +255,7 @@ class PrometheusServer(ServerProcess):
             ],
         }
 
-    def args(self) -> list[str]:  # noqa: D102
+    def args(self) -> list[str]:
         self.config_path.write_text(json.dumps(self.config(), indent=2))
         return [
             f"--config.file={self.config_path}",

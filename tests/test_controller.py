@@ -11,14 +11,14 @@ from zeus.util.metric import zeus_cost
 class SimMonitor:
     """Windows over the simulated GPUs (time from the GPUs' clock, energy counters in J)."""
 
-    def __init__(self, gpus, gpu_indices):  # noqa: ANN001
+    def __init__(self, gpus, gpu_indices):
         self.gpus, self.gpu_indices, self.open = gpus, list(gpu_indices), {}
 
     def begin_window(self, key: str, sync_cuda: bool = True) -> None:
         e = {i: self.gpus.get_total_energy_consumption(i) for i in self.gpu_indices}
         self.open[key] = (self.gpus.now(), e)
 
-    def end_window(self, key: str, sync_cuda: bool = True, cancel: bool = False):  # noqa: ANN201
+    def end_window(self, key: str, sync_cuda: bool = True, cancel: bool = False):
         t0, e0 = self.open.pop(key)
         e1 = {i: self.gpus.get_total_energy_consumption(i) for i in self.gpu_indices}
 
@@ -69,7 +69,7 @@ def test_target_metric(higher: bool, metrics: list[float], stop_at: int) -> None
     assert c.should_training_stop  # sticky
 
 
-def test_cost_threshold_predicts_the_next_epoch(sim_gpus) -> None:  # noqa: ANN001
+def test_cost_threshold_predicts_the_next_epoch(sim_gpus) -> None:
     gpus = sim_gpus("A40,V100")
     zeus.device.sim.set_busy(0)
     zeus.device.sim.set_busy(1)

@@ -276,7 +276,7 @@ def plot_power(
 
             gpus = get_gpus()
             names = {i: gpus.get_name(i) for i in range(len(gpus))}
-        except Exception:  # noqa: BLE001  (no GPUs here: the legend says indices only)
+        except Exception:
             names = {}
     dpi = 100
     fig, ax = plt.subplots(figsize=(size[0] / dpi, size[1] / dpi), dpi=dpi)

@@ -242,7 +242,7 @@ class _Pusher:
         """Push; log a failure (once until a push succeeds again) instead of raising."""
         try:
             self.push()
-        except Exception as e:  # noqa: BLE001  (a background push must not kill its thread)
+        except Exception as e:
             if not self._failing:
                 logger.warning(
                     "%s: push to the Pushgateway %s (job %r) failed: %s",
@@ -489,7 +489,7 @@ class _PeriodicMetric(Metric):
                 return
             try:
                 self._update(window, final=False)
-            except Exception:  # noqa: BLE001  (keep the thread; end_window reports the state)
+            except Exception:
                 logger.exception("%s window %r: update failed", self._kind_name, window.name)
                 return
         self._pusher.push_logged(f"{self._kind_name} window {window.name!r}")
@@ -568,7 +568,7 @@ class _PeriodicMetric(Metric):
         for window in windows:
             try:
                 self._close(window)
-            except Exception:  # noqa: BLE001  (at exit: close the others anyway)
+            except Exception:
                 logger.exception("closing %s window %r", self._kind_name, window.name)
 
 

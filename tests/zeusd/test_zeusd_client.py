@@ -473,10 +473,10 @@ def test_frequency_controller_runs_unprivileged(tmp_path: Path, zeusd_uds: Daemo
 
 
 @pytest.fixture
-def unprivileged(sim_gpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # noqa: ANN001, ANN201
+def unprivileged(sim_gpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("ZEUS_STATE_DIR", str(tmp_path / "client-state"))
 
-    def make(**env: str):  # noqa: ANN202
+    def make(**env: str):
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         reset_gpus()
@@ -486,7 +486,7 @@ def unprivileged(sim_gpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):  # 
     reset_gpus()
 
 
-def test_both_variables_is_an_error(unprivileged) -> None:  # noqa: ANN001
+def test_both_variables_is_an_error(unprivileged) -> None:
     with pytest.raises(ZeusdConfigError, match="ZEUSD_SOCK_PATH.*ZEUSD_HOST_PORT.*only one"):
         unprivileged(ZEUSD_SOCK_PATH="/run/zeusd/zeusd.sock", ZEUSD_HOST_PORT="node1:4938")
 
@@ -495,7 +495,7 @@ def test_both_variables_is_an_error(unprivileged) -> None:  # noqa: ANN001
     "value",
     ["node1:", "node1:http", "node1:70000", ":4938", "http://node1:4938", "::1", "[::1", "a b"],
 )
-def test_malformed_host_port_names_the_variable(unprivileged, value: str) -> None:  # noqa: ANN001
+def test_malformed_host_port_names_the_variable(unprivileged, value: str) -> None:
     with pytest.raises(ZeusdConfigError, match="ZEUSD_HOST_PORT"):
         unprivileged(ZEUSD_HOST_PORT=value)
 
@@ -509,14 +509,14 @@ def test_host_port_forms(value: str, endpoint: str) -> None:
     assert config is not None and config.endpoint == endpoint
 
 
-def test_empty_variables_count_as_unset(unprivileged) -> None:  # noqa: ANN001
+def test_empty_variables_count_as_unset(unprivileged) -> None:
     gpus = unprivileged(ZEUSD_SOCK_PATH="", ZEUSD_HOST_PORT="")
     assert gpus.zeusd is None
     with pytest.raises(ZeusGPUNoPermissionError):
         gpus.set_power_management_limit(0, 200_000)
 
 
-def test_missing_socket_names_it_and_says_zeusd_must_run(unprivileged, tmp_path: Path) -> None:  # noqa: ANN001
+def test_missing_socket_names_it_and_says_zeusd_must_run(unprivileged, tmp_path: Path) -> None:
     sock = tmp_path / "nowhere.sock"
     gpus = unprivileged(ZEUSD_SOCK_PATH=str(sock))
     # Reads never touch the daemon.
@@ -529,7 +529,7 @@ def test_missing_socket_names_it_and_says_zeusd_must_run(unprivileged, tmp_path:
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
-def test_not_a_socket_is_named(unprivileged, tmp_path: Path) -> None:  # noqa: ANN001
+def test_not_a_socket_is_named(unprivileged, tmp_path: Path) -> None:
     path = tmp_path / "plain-file"
     path.write_text("")
     gpus = unprivileged(ZEUSD_SOCK_PATH=str(path))
@@ -537,7 +537,7 @@ def test_not_a_socket_is_named(unprivileged, tmp_path: Path) -> None:  # noqa: A
         gpus.set_gpu_locked_clocks(0, 1000, 1000)
 
 
-def test_closed_tcp_port_names_the_address(unprivileged) -> None:  # noqa: ANN001
+def test_closed_tcp_port_names_the_address(unprivileged) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -546,7 +546,7 @@ def test_closed_tcp_port_names_the_address(unprivileged) -> None:  # noqa: ANN00
         gpus.reset_memory_locked_clocks(0)
 
 
-def test_guard_through_the_daemon_keeps_no_local_journal(unprivileged, tmp_path: Path) -> None:  # noqa: ANN001
+def test_guard_through_the_daemon_keeps_no_local_journal(unprivileged, tmp_path: Path) -> None:
     """With zeusd the guard neither journals nor restores stale entries locally."""
     from zeus.device.settings import SettingsGuard, ZeusdSettingsGuard, restore_stale
 
@@ -568,7 +568,7 @@ def test_guard_through_the_daemon_keeps_no_local_journal(unprivileged, tmp_path:
 
 def _mock_client(handler: Any, token: Optional[str] = None) -> ZeusdClient:
     client = ZeusdClient(ZeusdConfig(socket_path="/mock/zeusd.sock", token=token))
-    client._client = httpx.Client(  # noqa: SLF001  (inject the transport)
+    client._client = httpx.Client(
         transport=httpx.MockTransport(handler),
         base_url="http://zeusd",
         headers={"Authorization": f"Bearer {token}"} if token else {},
@@ -628,7 +628,7 @@ def test_token_from_env_and_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> No
     assert "s3cret" not in repr(client)
 
 
-def test_get_gpus_without_variables_writes_directly(sim_gpus) -> None:  # noqa: ANN001
+def test_get_gpus_without_variables_writes_directly(sim_gpus) -> None:
     reset_gpus()
     assert sim_gpus(MODELS).zeusd is None
     assert get_gpus().zeusd is None

@@ -43,7 +43,7 @@ from zeus.utils.zeusd import ZeusdClient, ZeusdConfig  # noqa: E402
 def attempt(fn: Callable[[], Any]) -> dict[str, Any]:
     try:
         return {"ok": fn()}
-    except Exception as e:  # noqa: BLE001  (reported, the test asserts)
+    except Exception as e:
         return {"error": type(e).__name__, "message": str(e)}
 
 

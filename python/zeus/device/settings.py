@@ -60,7 +60,7 @@ def restore_all() -> None:
     for guard in reversed(guards):
         try:
             guard.restore()
-        except Exception as e:  # noqa: BLE001  (exit path: report every failure)
+        except Exception as e:
             logger.error("Cannot restore a GPU setting through zeusd: %s", e)
     for error in _core.restore_all_settings():
         logger.error("Cannot restore a GPU setting: %s", error)
@@ -157,7 +157,7 @@ class ZeusdSettingsGuard:
                 try:
                     if not self._released(index, "power_limit"):
                         self.gpus.set_power_management_limit(index, mw)
-                except Exception as e:  # noqa: BLE001  (try every setting; raise the first)
+                except Exception as e:
                     first = first or e
                     continue
                 del self._power[index]
@@ -176,7 +176,7 @@ class ZeusdSettingsGuard:
                         continue
                     try:
                         reset(index)
-                    except Exception as e:  # noqa: BLE001
+                    except Exception as e:
                         first = first or e
                         continue
                     kinds.discard(kind)
@@ -202,7 +202,7 @@ class ZeusdSettingsGuard:
         return True
 
 
-def SettingsGuard(  # noqa: N802  (a constructor to its users)
+def SettingsGuard(
     gpus: _core.GPUs, journal_dir: str | Path | None = None, owner_pid: int | None = None
 ) -> Union[_core.SettingsGuard, ZeusdSettingsGuard]:
     """A settings guard on `gpus`, with the exit and signal hooks installed.

@@ -237,5 +237,5 @@ class PeriodWindows:
             if ended and self._on_periods_ended is not None:
                 try:
                     self._on_periods_ended(ended)
-                except Exception as e:  # noqa: BLE001  (a rate feed failing must not end the thread)
+                except Exception as e:
                     logger.warning("after the periods %s ended: %s", sorted(ended), e)

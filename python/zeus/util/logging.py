@@ -37,7 +37,7 @@ class FileAndConsole:
 
     def __init__(self, filepath: str) -> None:
         """Open `filepath` for writing and remember the current stdout."""
-        self.file: TextIO = open(filepath, "w")  # noqa: SIM115  (lives as long as the tee)
+        self.file: TextIO = open(filepath, "w")
         self.stdout: TextIO = sys.stdout
 
     def write(self, message: str) -> None:

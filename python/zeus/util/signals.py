@@ -58,7 +58,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     for cleanup in list(_cleanups.get(signum, ())):
         try:
             cleanup()
-        except Exception:  # noqa: BLE001  (one failing cleanup must not stop the others)
+        except Exception:
             logger.exception("Cleanup %r on signal %d failed", cleanup, signum)
     previous = _previous.get(signum, signal.SIG_DFL)
     if callable(previous):

@@ -86,7 +86,7 @@ class ReplayZeusMonitor:
         self.log_file = os.fspath(log_file)
         self.ignore_sync_cuda = ignore_sync_cuda
         self.match_window_name = match_window_name
-        self._file = open(self.log_file, newline="")  # noqa: SIM115  (closed in close())
+        self._file = open(self.log_file, newline="")
         self._reader: Iterator[list[str]] = csv.reader(self._file)
         try:
             header = next(self._reader)

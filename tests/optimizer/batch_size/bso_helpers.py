@@ -64,7 +64,7 @@ class ServerProcess:
             "--database-url",
             self.database_url,
         ]
-        log = open(self.log_path, "ab")  # noqa: SIM115  (owned by the child)
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + 60

@@ -28,7 +28,7 @@ def _answers(port: int) -> bool:
         return False
 
 
-def _wait(cond, seconds: float, what: str) -> None:  # noqa: ANN001
+def _wait(cond, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not cond():
         assert time.monotonic() < deadline, what

@@ -14,15 +14,15 @@ import httpx
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
-from zeus.optimizer.perseus.common import (  # noqa: E402
+from fastapi.testclient import TestClient
+from zeus.optimizer.perseus.common import (
     REGISTER_JOB_URL,
     PerseusSettings,
     load_prof,
     load_ranks,
     load_sched,
 )
-from zeus.optimizer.perseus.server.router import create_app  # noqa: E402
+from zeus.optimizer.perseus.server.router import create_app
 
 FREQS = [1740, 1500, 1200, 900]
 

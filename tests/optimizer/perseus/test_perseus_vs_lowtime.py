@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("lowtime")
 
-from zeus import _core  # noqa: E402
+from zeus import _core
 
 _BENCH = Path(__file__).resolve().parents[3] / "benchmarks" / "perseus_frontier.py"
 _spec = importlib.util.spec_from_file_location("perseus_frontier_bench", _BENCH)

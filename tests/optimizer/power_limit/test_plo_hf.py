@@ -44,7 +44,7 @@ class TinyDataset(torch.utils.data.Dataset):
 class AdvanceSimulator(transformers.TrainerCallback):
     """Each training step does a little work on the simulated GPU (so time and energy pass)."""
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+    def on_step_end(self, args, state, control, **kwargs):
         zeus.device.sim.run(0.01)
 
 

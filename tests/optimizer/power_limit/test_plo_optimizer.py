@@ -50,19 +50,19 @@ def run_steps(plo: GlobalPowerLimitOptimizer, n: int, work: float = 0.01) -> Non
         ({"optimum_selector": "Time"}, "optimum_selector.*Time"),
     ],
 )
-def test_bad_arguments_name_the_value(sim_gpus, kwargs: dict, needle: str) -> None:  # noqa: ANN001
+def test_bad_arguments_name_the_value(sim_gpus, kwargs: dict, needle: str) -> None:
     gpus = sim_gpus("A40")
     with pytest.raises(ValueError, match=needle):
         GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]), **kwargs)
 
 
-def test_non_uniform_ranges_are_refused(sim_gpus) -> None:  # noqa: ANN001
+def test_non_uniform_ranges_are_refused(sim_gpus) -> None:
     gpus = sim_gpus("A40,V100")
     with pytest.raises(ValueError, match="not uniform"):
         GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0, 1]))
 
 
-def test_no_permission_is_a_runtime_error_mentioning_sys_admin(sim_gpus, journal_dir) -> None:  # noqa: ANN001
+def test_no_permission_is_a_runtime_error_mentioning_sys_admin(sim_gpus, journal_dir) -> None:
     gpus = sim_gpus("A40", privileged=False)
     with pytest.raises(RuntimeError, match="SYS_ADMIN") as info:
         GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
@@ -71,7 +71,7 @@ def test_no_permission_is_a_runtime_error_mentioning_sys_admin(sim_gpus, journal
     assert _core.journal_entries(journal_dir) == []
 
 
-def test_behind_zeusd_the_daemons_reason_comes_first(sim_gpus) -> None:  # noqa: ANN001
+def test_behind_zeusd_the_daemons_reason_comes_first(sim_gpus) -> None:
     """A refusal by the daemon (a missing token) is not a privilege problem of the process."""
     from zeus.device.exception import ZeusGPUNoPermissionError
     from zeus.optimizer.power_limit.optimizer import _no_permission_message
@@ -88,7 +88,7 @@ def test_behind_zeusd_the_daemons_reason_comes_first(sim_gpus) -> None:  # noqa:
     assert "ZEUSD_TOKEN is not set" in message and "SYS_ADMIN" not in message
 
 
-def test_limits_never_go_below_the_minimum(sim_gpus) -> None:  # noqa: ANN001
+def test_limits_never_go_below_the_minimum(sim_gpus) -> None:
     gpus = sim_gpus("A40")  # 100..300 W
     plo = GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]), pl_step=30)
     assert plo.power_limits == [300_000, 270_000, 240_000, 210_000, 180_000, 150_000, 120_000]
@@ -96,7 +96,7 @@ def test_limits_never_go_below_the_minimum(sim_gpus) -> None:  # noqa: ANN001
     plo.close()
 
 
-def test_state_walk_with_zero_warmup(sim_gpus, set_calls) -> None:  # noqa: ANN001
+def test_state_walk_with_zero_warmup(sim_gpus, set_calls) -> None:
     gpus = sim_gpus("A40,A40")
     zeus.device.sim.set_busy(0)
     mon = WindowMonitor(gpus, [0, 1])
@@ -126,7 +126,7 @@ def test_state_walk_with_zero_warmup(sim_gpus, set_calls) -> None:  # noqa: ANN0
     assert per_gpu[0] == per_gpu[1] == [300_000, 200_000, 100_000, 300_000]
 
 
-def test_warmup_then_profiling_then_interrupt(sim_gpus) -> None:  # noqa: ANN001
+def test_warmup_then_profiling_then_interrupt(sim_gpus) -> None:
     gpus = sim_gpus("V100")
     plo = GlobalPowerLimitOptimizer(
         WindowMonitor(gpus, [0]), wait_steps=0, warmup_steps=2, profile_steps=2, pl_step=50
@@ -140,7 +140,7 @@ def test_warmup_then_profiling_then_interrupt(sim_gpus) -> None:  # noqa: ANN001
     assert plo.monitor.windows == {}  # the window was cancelled
 
 
-def test_done_rebinds_step_hook_to_a_noop(sim_gpus, tmp_path) -> None:  # noqa: ANN001
+def test_done_rebinds_step_hook_to_a_noop(sim_gpus, tmp_path) -> None:
     gpus = sim_gpus("A40")
     path = tmp_path / "p.json"
     path.write_text(
@@ -154,7 +154,7 @@ def test_done_rebinds_step_hook_to_a_noop(sim_gpus, tmp_path) -> None:  # noqa: 
     assert plo.state == Done(optimal_power_limit=300_000)
 
 
-def test_custom_python_selector(sim_gpus) -> None:  # noqa: ANN001
+def test_custom_python_selector(sim_gpus) -> None:
     class Lowest(OptimumSelector):
         def select(self, measurements: list[PowerLimitMeasurement]) -> int:
             self.seen = [m.power_limit for m in measurements]
@@ -171,7 +171,7 @@ def test_custom_python_selector(sim_gpus) -> None:  # noqa: ANN001
     assert gpus.get_power_management_limit(0) == 100_000
 
 
-def test_profile_is_written_atomically_in_reference_format(sim_gpus, tmp_path) -> None:  # noqa: ANN001
+def test_profile_is_written_atomically_in_reference_format(sim_gpus, tmp_path) -> None:
     gpus = sim_gpus("A40")
     zeus.device.sim.set_busy(0)
     path = tmp_path / "sub" / "profile.json"
@@ -193,7 +193,7 @@ def test_profile_is_written_atomically_in_reference_format(sim_gpus, tmp_path) -
     assert sorted(p.name for p in path.parent.iterdir()) == ["profile.json"]  # no temp left
 
 
-def test_restore_on_close_and_on_exception(sim_gpus, journal_dir) -> None:  # noqa: ANN001
+def test_restore_on_close_and_on_exception(sim_gpus, journal_dir) -> None:
     gpus = sim_gpus("A40")
     uuid = gpus.get_uuid(0)
     gpus.set_power_management_limit(0, 220_000)
@@ -303,14 +303,14 @@ def sigterm_restores_and_clears_the_journal(proc: subprocess.Popen[str], journal
     assert _core.journal_entries(journal_dir) == []
 
 
-def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:  # noqa: ANN001
+def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:
     proc = spawn(READY + "time.sleep(60)", journal_dir)
     lines = wait_ready(proc)
     assert limits(lines) == [("ready", 300_000)]
     sigterm_restores_and_clears_the_journal(proc, journal_dir)
 
 
-def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # noqa: ANN001
+def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:
     proc = spawn(
         "try:\n    " + READY + "    time.sleep(60)\nexcept KeyboardInterrupt:\n"
         "    print('KI', flush=True)\n",
@@ -326,7 +326,7 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:  # 
     assert _core.journal_entries(journal_dir) == []
 
 
-def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:  # noqa: ANN001
+def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:
     # Started like `nohup python train.py &`: SIGINT does not end the run, so the optimizer's
     # limit must stay; SIGTERM still ends it and restores.
     proc = spawn(
@@ -346,7 +346,7 @@ def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:  # no
     sigterm_restores_and_clears_the_journal(proc, journal_dir)
 
 
-def test_uncaught_exception_restores_at_exit(journal_dir) -> None:  # noqa: ANN001
+def test_uncaught_exception_restores_at_exit(journal_dir) -> None:
     proc = spawn(READY + "raise RuntimeError('boom')", journal_dir)
     wait_ready(proc)
     out, err = finish(proc)
@@ -407,7 +407,7 @@ def test_unwritable_journal_warns_and_still_restores(
     sim_gpus,
     tmp_path,
     monkeypatch,
-    caplog,  # noqa: ANN001
+    caplog,
 ) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
@@ -445,7 +445,7 @@ def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
     assert "Nothing to restore" in again.stdout
 
 
-def test_selector_returning_a_non_integer_is_a_type_error(sim_gpus, tmp_path) -> None:  # noqa: ANN001
+def test_selector_returning_a_non_integer_is_a_type_error(sim_gpus, tmp_path) -> None:
     class Bad(OptimumSelector):
         def select(self, measurements: list[PowerLimitMeasurement]) -> int:
             return 250.5  # type: ignore[return-value]

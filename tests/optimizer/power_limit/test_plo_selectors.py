@@ -78,7 +78,7 @@ def test_max_slowdown_baseline_is_the_highest_limit_not_the_fastest() -> None:
         (lambda: MaxSlowdownConstraint(factor=float("nan")), "NaN"),
     ],
 )
-def test_bad_parameters_raise_value_error_naming_the_value(build, needle: str) -> None:  # noqa: ANN001
+def test_bad_parameters_raise_value_error_naming_the_value(build, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         build()
 

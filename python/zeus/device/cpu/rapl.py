@@ -45,11 +45,11 @@ class CPUs(_core.CPUs):
         cpu_mj, dram_mj = self._total_energy_mj(index)
         return CpuDramMeasurement(cpu_mj=cpu_mj, dram_mj=dram_mj)
 
-    def getTotalEnergyConsumption(self, index: int) -> CpuDramMeasurement:  # noqa: N802
+    def getTotalEnergyConsumption(self, index: int) -> CpuDramMeasurement:
         """Zeus 0.16's name of `get_total_energy_consumption`."""
         return self.get_total_energy_consumption(index)
 
-    def supportsGetDramEnergyConsumption(self, index: int) -> bool:  # noqa: N802
+    def supportsGetDramEnergyConsumption(self, index: int) -> bool:
         """Zeus 0.16's name of `supports_get_dram_energy_consumption`."""
         return self.supports_get_dram_energy_consumption(index)
 

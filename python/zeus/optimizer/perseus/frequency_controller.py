@@ -54,7 +54,7 @@ class FrequencyController:
         self._guard = SettingsGuard(self.gpus, journal_dir)
         try:
             self._guard.lock_memory_clocks(device_id, mem, mem)
-        except Exception:  # noqa: BLE001  (not supported on every GPU; optional)
+        except Exception:
             pass
         self._guard.lock_gpu_clocks(device_id, self.max_frequency, self.max_frequency)
         self._current = self.max_frequency
@@ -122,7 +122,7 @@ class FrequencyController:
                 if wanted != self._current:
                     self._guard.lock_gpu_clocks(self.device_id, wanted, wanted)
                     self._current = wanted
-            except Exception as e:  # noqa: BLE001  (surfaced through wait())
+            except Exception as e:
                 logger.warning("Setting GPU %d to %d MHz failed: %s", self.device_id, wanted, e)
                 error = e
             with self._cond:
@@ -146,12 +146,12 @@ class FrequencyController:
         try:
             for line in self._guard.restore():
                 logger.info("%s.", line)
-        except Exception as e:  # noqa: BLE001  (exit path: report, don't mask the real error)
+        except Exception as e:
             # The journal entry stays, so a later restore retries the reset.
             logger.warning("Restoring GPU %d clocks failed: %s", self.device_id, e)
         try:
             atexit.unregister(self.end)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def __enter__(self) -> FrequencyController:

@@ -222,7 +222,7 @@ class JobManager:
             job.scheduler = self.settings.scheduler(
                 info, rank_infos, self.settings, **self.settings.scheduler_args
             )
-        except Exception as e:  # noqa: BLE001  (delivered to every rank instead)
+        except Exception as e:
             job.error = _scheduler_error(e)
         self._maybe_schedule(job)
 
@@ -249,7 +249,7 @@ class JobManager:
             missing = sorted(set(range(job.info.world_size)) - set(by_rank))
             if missing:
                 raise RuntimeError(f"scheduler gave no schedule for ranks {missing}")
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             job.error = _scheduler_error(e)
             fut.set_exception(job.error)
             return
@@ -318,7 +318,7 @@ class JobManager:
         if job.scheduler is not None and job.error is None:
             try:
                 job.scheduler.observe(results)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 job.error = _scheduler_error(e)
         job.observed = n
         del job.results[n]
