@@ -1,10 +1,11 @@
-"""docs/architecture.md names only paths that exist: a file or folder it points a reader to
-(in backquotes: `crates/zeus-core/src/device/`, `util/cli.py`, `routes.py`) is in the tree,
-under the repository root or under any folder (the document names paths relative to the
-concern's root, Rust or Python)."""
+"""docs/architecture.md and the package's module docstrings name only paths that exist: a file
+or folder they point a reader to (in backquotes: `crates/zeus-core/src/device/`,
+`util/cli.py`, `routes.py`) is in the tree, under the repository root or under any folder (the
+document names paths relative to the concern's root, Rust or Python)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -46,13 +47,8 @@ def _tree() -> tuple[set[str], set[str]]:
     return set(files), dirs
 
 
-@pytest.mark.skipif(
-    shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git tree"
-)
-def test_every_path_the_architecture_names_exists() -> None:
+def _missing(named: set[str]) -> list[str]:
     files, dirs = _tree()
-    named = _named_paths(DOC.read_text())
-    assert len(named) > 50, "the document names its paths in backquotes"
     missing = []
     for path in sorted(named):
         bare = path.rstrip("/")
@@ -64,4 +60,29 @@ def test_every_path_the_architecture_names_exists() -> None:
         if any(f.endswith(suffix) for f in files) or any(d.endswith(suffix) for d in dirs):
             continue
         missing.append(path)
+    return missing
+
+
+_GIT = pytest.mark.skipif(
+    shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs the git tree"
+)
+
+
+@_GIT
+def test_every_path_the_architecture_names_exists() -> None:
+    named = _named_paths(DOC.read_text())
+    assert len(named) > 50, "the document names its paths in backquotes"
+    missing = _missing(named)
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
+
+
+@_GIT
+def test_every_path_a_module_docstring_names_exists() -> None:
+    missing = {}
+    for module in sorted((REPO / "python" / "zeus").rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(module.read_text())) or ""
+        # Only paths with a folder in them: a bare `file.py` in a docstring is often upstream's.
+        gone = _missing({p for p in _named_paths(doc) if "/" in p})
+        if gone:
+            missing[str(module.relative_to(REPO))] = gone
+    assert not missing, f"module docstrings name paths that do not exist: {missing}"

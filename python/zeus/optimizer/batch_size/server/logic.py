@@ -1,6 +1,6 @@
 """The optimizer's decisions, as the server calls them.
 
-The decisions themselves are `zeus._core`'s (`crates/zeus-core/src/optimizer/batch_size/`), the
+The decisions themselves are `zeus._core`'s (`crates/zeus-core/src/optimizer/recurring/`), the
 one implementation `zeus.policy` and the trace simulator use too: pruning exploration, Gaussian
 Thompson sampling with numpy's generator reproduced draw for draw (its state stays numpy's
 JSON, so stored jobs keep working), and the stop rule of a report. This module gives them the

@@ -1,6 +1,6 @@
 """Gaussian Thompson sampling, the bandit behind Zeus's batch-size optimizer.
 
-The arithmetic and the draws are `zeus._core`'s (`crates/zeus-core/src/optimizer/batch_size/`),
+The arithmetic and the draws are `zeus._core`'s (`crates/zeus-core/src/optimizer/recurring/`),
 shared with the batch-size optimizer server and the trace simulator; this class keeps the
 reference's interface and per-arm attributes.
 """

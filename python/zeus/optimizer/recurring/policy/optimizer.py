@@ -1,6 +1,6 @@
 """The Zeus (NSDI'23) batch-size and power-limit policies, with the reference's interface.
 
-Their decisions come from `zeus._core` (`crates/zeus-core/src/optimizer/batch_size/`), which
+Their decisions come from `zeus._core` (`crates/zeus-core/src/optimizer/recurring/`), which
 the batch-size optimizer server and the trace simulator use too.
 """
 
