@@ -49,12 +49,13 @@ import threading
 import warnings
 import weakref
 from types import ModuleType
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from zeus.device import get_gpus
 from zeus.monitor import Measurement, PowerMonitor, ZeusMonitor
 from zeus.util.framework import cuda_sync, sync_available
+from zeus.util.indices import check_indices
 
 __all__ = ["EnergyCumulativeCounter", "EnergyHistogram", "Metric", "PowerGauge"]
 
@@ -99,23 +100,6 @@ def _prometheus() -> ModuleType:
 
 
 # ---- argument checks ------------------------------------------------------------------------
-
-
-def _check_indices(what: str, indices: Iterable[int] | None) -> list[int] | None:
-    if indices is None:
-        return None
-    if isinstance(indices, (str, bytes)):
-        raise ValueError(f"{what} must be a list of device indices, got {indices!r}")
-    try:
-        out = list(indices)
-    except TypeError:
-        raise ValueError(f"{what} must be a list of device indices, got {indices!r}") from None
-    for i in out:
-        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
-            raise ValueError(f"{what} must hold device indices >= 0, got {i!r} in {indices!r}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{what} repeats a device: {indices!r}")
-    return out
 
 
 def _check_url(url: object) -> str:
@@ -337,8 +321,8 @@ class EnergyHistogram(Metric):
             ImportError: prometheus-client is not installed.
 
         """
-        cpus = _check_indices("cpu_indices", cpu_indices) or []
-        gpus = _check_indices("gpu_indices", gpu_indices)
+        cpus = check_indices("cpu_indices", cpu_indices) or []
+        gpus = check_indices("gpu_indices", gpu_indices)
         self.pushgateway_url = _check_url(pushgateway_url)
         self.job = _check_job(job)
         self.buckets = {
@@ -630,8 +614,8 @@ class EnergyCumulativeCounter(_PeriodicMetric):
             ImportError: prometheus-client is not installed.
 
         """
-        self.cpu_indices: list[int] = _check_indices("cpu_indices", cpu_indices) or []
-        self.gpu_indices = _check_indices("gpu_indices", gpu_indices)
+        self.cpu_indices: list[int] = check_indices("cpu_indices", cpu_indices) or []
+        self.gpu_indices = check_indices("gpu_indices", gpu_indices)
         super().__init__(update_period, pushgateway_url, job)
         _check_devices(self.gpu_indices, self.cpu_indices)
         self._setup_pusher()
@@ -720,7 +704,7 @@ class PowerGauge(_PeriodicMetric):
             ImportError: prometheus-client is not installed.
 
         """
-        self.gpu_indices = _check_indices("gpu_indices", gpu_indices)
+        self.gpu_indices = check_indices("gpu_indices", gpu_indices)
         if self.gpu_indices == []:
             raise ValueError("gpu_indices is empty: no GPU to measure")
         super().__init__(update_period, pushgateway_url, job)

@@ -275,9 +275,9 @@ def test_cuda_visible_devices_maps_framework_indices(sim_gpus, tmp_path: Path):
     [
         ([], "must not be empty"),
         ([5], "GPU index 5 is out of range"),
-        ([0, 0], "twice"),
-        ([-1], "got -1"),
-        (["0"], "got '0'"),
+        ([0, 0], r"gpu_indices=\[0, 0\]: device 0 appears twice"),
+        ([-1], "-1 is not a device index"),
+        (["0"], "'0' is not a device index"),
     ],
 )
 def test_bad_gpu_indices(sim_gpus, indices, match):

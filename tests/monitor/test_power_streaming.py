@@ -257,8 +257,8 @@ def test_servers_are_checked_before_anything_starts(tmp_path: Path) -> None:
         (lambda: ZeusdTcpConfig(host="node1", port=0), "port=0"),
         (lambda: ZeusdTcpConfig(host="node1", port=70000), "port=70000"),
         (lambda: ZeusdTcpConfig(host=""), "host=''"),
-        (lambda: ZeusdTcpConfig(host="node1", gpu_indices=[0, -1]), "-1 is not an index"),
-        (lambda: ZeusdTcpConfig(host="node1", gpu_indices=[True]), "True is not an index"),
+        (lambda: ZeusdTcpConfig(host="node1", gpu_indices=[0, -1]), "-1 is not a device index"),
+        (lambda: ZeusdTcpConfig(host="node1", gpu_indices=[True]), "True is not a device index"),
         (lambda: ZeusdTcpConfig(host="node1", cpu_indices=[1, 1]), "appears twice"),
         (lambda: ZeusdUdsConfig(socket_path="/s", gpu_indices="01"), "not a string"),  # type: ignore[arg-type]
         (lambda: ZeusdUdsConfig(socket_path=""), "socket_path=''"),

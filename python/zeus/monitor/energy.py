@@ -19,6 +19,7 @@ from zeus.device import GPUs, get_gpus
 from zeus.device.cpu import get_cpus
 from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import FRAMEWORKS, SyncWith, cuda_sync, sync_available, syncer
+from zeus.util.indices import check_indices
 
 Measurement = _core.Measurement
 Provenance = _core.Provenance
@@ -158,8 +159,8 @@ class ZeusMonitor(_core.ZeusMonitor):
                 readable (the message names it and says what to do).
 
         """
-        indices = _check_indices("gpu_indices", gpu_indices)
-        cpus = _check_indices("cpu_indices", cpu_indices)
+        indices = check_indices("gpu_indices", gpu_indices)
+        cpus = check_indices("cpu_indices", cpu_indices)
         if sync_execution_with is not None and sync_execution_with not in FRAMEWORKS:
             raise ValueError(
                 f"sync_execution_with={sync_execution_with!r}: expected one of "
@@ -195,14 +196,3 @@ class ZeusMonitor(_core.ZeusMonitor):
         if self.cpu_indices is None:
             return f"ZeusMonitor(gpu_indices={self.gpu_indices})"
         return f"ZeusMonitor(gpu_indices={self.gpu_indices}, cpu_indices={self.cpu_indices})"
-
-
-def _check_indices(name: str, values: Sequence[int] | None) -> list[int] | None:
-    if values is None:
-        return None
-    out = []
-    for i in values:
-        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
-            raise ValueError(f"{name} must hold indices >= 0, got {i!r}")
-        out.append(int(i))
-    return out

@@ -49,6 +49,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from zeus.device.zeusd import DEFAULT_TCP_PORT, TOKEN_VAR, ZeusdClient, ZeusdConfig
+from zeus.util.indices import check_indices
 
 __all__ = [
     "CpuPowerReading",
@@ -69,21 +70,6 @@ STOP_TIMEOUT_S = 5.0
 """How long `stop()` waits for all the stream threads together. A thread notices the stop at
 its stream's next event (within 100 ms at zeusd's rates); one stuck on a hung daemon is a
 daemon thread and ends at its read timeout."""
-
-
-def _check_indices(what: str, indices: Optional[Sequence[int]]) -> Optional[list[int]]:
-    if indices is None:
-        return None
-    if isinstance(indices, (str, bytes)):
-        raise ValueError(f"{what}={indices!r}: expected a list of indices, not a string")
-    out = []
-    for i in indices:
-        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
-            raise ValueError(f"{what}={list(indices)!r}: {i!r} is not an index (an int >= 0)")
-        out.append(i)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{what}={out!r}: an index appears twice")
-    return out
 
 
 @dataclass(frozen=True)
@@ -113,8 +99,8 @@ class ZeusdTcpConfig:
             raise ValueError(f"port={self.port!r}: expected an int")
         if not 1 <= self.port <= 65535:
             raise ValueError(f"port={self.port}: outside 1-65535")
-        object.__setattr__(self, "gpu_indices", _check_indices("gpu_indices", self.gpu_indices))
-        object.__setattr__(self, "cpu_indices", _check_indices("cpu_indices", self.cpu_indices))
+        object.__setattr__(self, "gpu_indices", check_indices("gpu_indices", self.gpu_indices))
+        object.__setattr__(self, "cpu_indices", check_indices("cpu_indices", self.cpu_indices))
 
     @property
     def key(self) -> str:
@@ -147,8 +133,8 @@ class ZeusdUdsConfig:
         if not isinstance(self.socket_path, (str, os.PathLike)) or not str(self.socket_path):
             raise ValueError(f"socket_path={self.socket_path!r}: expected a path")
         object.__setattr__(self, "socket_path", os.fspath(self.socket_path))
-        object.__setattr__(self, "gpu_indices", _check_indices("gpu_indices", self.gpu_indices))
-        object.__setattr__(self, "cpu_indices", _check_indices("cpu_indices", self.cpu_indices))
+        object.__setattr__(self, "gpu_indices", check_indices("gpu_indices", self.gpu_indices))
+        object.__setattr__(self, "cpu_indices", check_indices("cpu_indices", self.cpu_indices))
 
     @property
     def key(self) -> str:
