@@ -1448,3 +1448,97 @@ fn diagnose_scrapes_real_clock() {
         eprintln!("{line}");
     }
 }
+
+/// Diagnostics: ZeusMonitor's windows on the real clock (run it with busy loops beside to
+/// starve the sampler): `SEED`, `WINDOWS`; a window past 1.5x its bound and the rule dumps
+/// the anchors and ticks around its edges.
+#[test]
+#[ignore]
+fn diagnose_windows_real_clock() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let n: usize = std::env::var("WINDOWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    let c = SimCluster::new(SimConfig {
+        presets: vec![preset::find("H100").unwrap()],
+        load: Load::Idle,
+        ..SimConfig::default()
+    });
+    let gpus: Vec<Arc<dyn Gpu>> = c
+        .devices()
+        .iter()
+        .map(|d| d.clone() as Arc<dyn Gpu>)
+        .collect();
+    let lease = Sampler::lease(&gpus).unwrap();
+    let clock = c.clock();
+    let dev = &c.devices()[0];
+    let w = lease.watched(0);
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    for k in 0..n {
+        let gap = rng.gen_range(0.0..0.4);
+        let len = rng.gen_range(0.2..1.5);
+        std::thread::sleep(std::time::Duration::from_secs_f64(gap));
+        let t0 = clock.now();
+        w.with_track(|t| t.add_hint(t0));
+        dev.set_load(Load::Busy);
+        std::thread::sleep(std::time::Duration::from_secs_f64(len));
+        dev.set_load(Load::Idle);
+        let t1 = clock.now();
+        let est = w.with_track(|t| t.window(t0, t1, true)).unwrap();
+        let truth = dev.true_energy_at(t1) - dev.true_energy_at(t0);
+        let err = est.joules - truth;
+        let rule = if len >= 1.0 { 0.01 } else { 0.03 } * truth + 2.6;
+        let fail = err.abs() > 1.5 * est.bound && err.abs() > rule;
+        eprintln!(
+            "{k:2} len {len:4.2} err {err:+7.2} J bound {:6.2}{}",
+            est.bound,
+            if fail { " <<< FAIL" } else { "" }
+        );
+        if fail {
+            w.with_track(|t| {
+                eprintln!("  t0 {t0:.4} t1 {t1:.4} schedule {:?}", t.schedule());
+                let e0 = t.edge(t0).unwrap();
+                let e1 = t.edge(t1).unwrap();
+                let off = t
+                    .anchors()
+                    .front()
+                    .map_or(0.0, |a| a.joules - dev.true_energy_at(a.t));
+                eprintln!(
+                    "  edge0 err {:+.2} {:?}\n  edge1 err {:+.2} {:?}",
+                    e0.joules - off - dev.true_energy_at(t0),
+                    e0,
+                    e1.joules - off - dev.true_energy_at(t1),
+                    e1
+                );
+                for a in t
+                    .anchors()
+                    .iter()
+                    .filter(|a| a.t > t0 - 0.5 && a.t < t1 + 0.5)
+                {
+                    eprintln!(
+                        "  anchor {:.4} vs truth {:+.2} t_err {:.4}",
+                        a.t,
+                        a.joules - off - dev.true_energy_at(a.t),
+                        a.t_err
+                    );
+                }
+                for tk in t
+                    .ticks()
+                    .iter()
+                    .filter(|x| x.t > t0 - 0.3 && x.t < t1 + 0.3)
+                {
+                    eprintln!(
+                        "  tick {:.4} {:6.1} W seen {} t_err {:.4}",
+                        tk.t, tk.watts, tk.seen, tk.t_err
+                    );
+                }
+            });
+        }
+    }
+}
