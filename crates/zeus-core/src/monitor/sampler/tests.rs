@@ -1542,3 +1542,29 @@ fn diagnose_windows_real_clock() {
         }
     }
 }
+
+/// Diagnostics: `run_windows` on the windows of `CASE` ("gap,len,limit;..."), printed.
+#[test]
+#[ignore]
+fn diagnose_run_windows() {
+    let case = std::env::var("CASE").unwrap_or_default();
+    let windows: Vec<Window> = case
+        .split(';')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let v: Vec<&str> = s.split(',').collect();
+            (
+                v[0].parse().unwrap(),
+                v[1].parse().unwrap(),
+                v[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    for (span, truth, at_end, settled) in run_windows(&windows) {
+        eprintln!(
+            "len {span:.3} truth {truth:8.2} at_end {at_end:8.2} ({:+.2}%) settled {settled:8.2} ({:+.2}%)",
+            100.0 * (at_end - truth) / truth,
+            100.0 * (settled - truth) / truth
+        );
+    }
+}
