@@ -1481,8 +1481,8 @@ fn diagnose_windows_real_clock() {
     let w = lease.watched(0);
     std::thread::sleep(std::time::Duration::from_millis(350));
     for k in 0..n {
-        let gap = rng.gen_range(0.0..0.4);
-        let len = rng.gen_range(0.2..1.5);
+        let gap = rng.random_range(0.0..0.4);
+        let len = rng.random_range(0.2..1.5);
         std::thread::sleep(std::time::Duration::from_secs_f64(gap));
         let t0 = clock.now();
         w.with_track(|t| t.add_hint(t0));
