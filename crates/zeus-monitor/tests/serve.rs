@@ -281,10 +281,11 @@ fn energy_counter_grows_at_the_simulated_power() {
         let rate = (e1[g] - e0[g]) / dt;
         let watts = power[g].iter().sum::<f64>() / power[g].len() as f64;
         let err = (rate - watts).abs() / watts;
-        // Per-update noise of 1% averages out over 15 readings; the counter's own timing is
-        // known to milliseconds once the sampler has placed its first reads.
+        // Per-update noise of 1% averages out over 15 readings. At the exporter's budget the
+        // counter is read every ~1.4 s per GPU, and on a loaded machine (this file's tests run
+        // side by side) the served energy wanders by up to ~2% over these 3 s.
         assert!(
-            err < 0.015,
+            err < 0.03,
             "GPU {g}: counter grew at {rate:.1} W over {dt:.2} s, power reads {watts:.1} W"
         );
     }

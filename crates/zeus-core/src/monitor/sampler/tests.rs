@@ -74,41 +74,6 @@ fn learns_the_period_and_anchors_at_ticks() {
 }
 
 #[test]
-fn the_first_counter_reads_come_soon_whatever_the_cpu_budget() {
-    // Two GPUs, 5 ms reads, half a percent of a core: a read every 2 s once warm.
-    let mut t = Track::new(0.0, Some(0.1));
-    let (mut now, mut mj) = (0.0f64, 1_000_000u64);
-    let mut gaps = Vec::new();
-    let mut last = now;
-    while gaps.len() < track::WARMUP_READS + 3 {
-        if now - last > 10.0 {
-            panic!("no read due 10 s after the last; gaps so far {gaps:?}");
-        }
-        if t.anchor_is_due(now) {
-            gaps.push(now - last);
-            t.on_counter(now, now + 0.005, mj, 0.005);
-            t.set_load(2, 0.005);
-            last = now + 0.005;
-        }
-        now += 0.001;
-        mj += 500; // 500 W
-        if (now * 1000.0).round() as u64 % 20 == 0 {
-            t.on_power(now, 500_000, None);
-        }
-    }
-    // The first read is due at once; the warm-up's within its spacing and a period.
-    for g in &gaps[1..track::WARMUP_READS] {
-        assert!(
-            *g <= track::WARMUP_SPACING + 0.1 + 0.002,
-            "warm-up gaps {gaps:?}"
-        );
-    }
-    for g in &gaps[track::WARMUP_READS + 1..] {
-        assert!(*g >= 1.9, "gaps after the warm-up {gaps:?}");
-    }
-}
-
-#[test]
 fn a_tight_loop_of_windows_keeps_two_edges_per_tick_interval() {
     let mut t = Track::new(0.0, Some(0.1));
     t.on_power(0.0, 100_000, None); // the first reading: no tick yet

@@ -70,14 +70,7 @@ const STEP_LAG_MAX: f64 = 2.0 * LAG_MAX;
 const PRIOR_LAG: f64 = 0.015;
 /// Reads the calibration looks at.
 const FIT_READS: usize = 64;
-/// The first counter reads come at least this often (s), whatever the CPU budget: until a few
-/// reads have placed the counter's publishes, a value's moment is known only within a period,
-/// and energies served from it are off by that much power (tens of joules on an H100) until
-/// the next read, which at a small budget is seconds away. A second or so of reads at this
-/// spacing costs a few percent of one core, once.
-pub(super) const WARMUP_SPACING: f64 = 0.2;
-/// How many reads the warm-up lasts.
-pub(super) const WARMUP_READS: usize = 6;
+
 /// Refit the schedule every this many reads once fitted (every read before).
 const REFIT_EVERY: u32 = 16;
 /// Half-width multiplier of a window's bound: about 95% of a normal error.
@@ -891,12 +884,7 @@ impl Track {
     /// The next read: right after the counter's next publish once the schedule is known (every
     /// fourth read dithered, so the schedule stays checked), at a dithered delay before.
     fn plan_read(&mut self, after: f64) {
-        let spacing = if self.reads.len() < WARMUP_READS {
-            self.read_spacing.min(WARMUP_SPACING)
-        } else {
-            self.read_spacing
-        };
-        let earliest = after + spacing.max(0.002);
+        let earliest = after + self.read_spacing.max(0.002);
         let g = self.schedule.grid;
         self.dither = self.dither.wrapping_add(1);
         let golden = (f64::from(self.dither) * 0.618_033_988_7).fract();
