@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 fn bin(sim_gpus: &str, state: &std::path::Path) -> Command {
@@ -22,12 +22,19 @@ fn bin(sim_gpus: &str, state: &std::path::Path) -> Command {
     c
 }
 
+/// Held shared by every exporter of these tests, and exclusively by a test that measures
+/// accuracy: a dozen exporters side by side, each a sampler thread and simulated GPUs burning
+/// their read costs, starve a two-core machine's samplers far beyond the two busy loops the
+/// accuracy figures are checked against (issue 22 tracks what a starved sampler gets wrong).
+static MACHINE: RwLock<()> = RwLock::new(());
+
 /// A running exporter; SIGKILLed on drop if the test did not stop it.
 struct Server {
     child: Child,
     addr: String,
     stderr: mpsc::Receiver<String>,
     _state: tempfile::TempDir,
+    _shared: Option<RwLockReadGuard<'static, ()>>,
 }
 
 impl Server {
@@ -36,6 +43,21 @@ impl Server {
     }
 
     fn start_with(sim_gpus: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+        Server::spawn(sim_gpus, extra, env, Some(shared))
+    }
+
+    /// An exporter for a test that holds the machine alone (`MACHINE.write()`).
+    fn start_alone(sim_gpus: &str) -> Server {
+        Server::spawn(sim_gpus, &[], &[], None)
+    }
+
+    fn spawn(
+        sim_gpus: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        shared: Option<RwLockReadGuard<'static, ()>>,
+    ) -> Server {
         let state = tempfile::tempdir().unwrap();
         let mut child = bin(sim_gpus, state.path())
             .envs(env.iter().copied())
@@ -60,6 +82,7 @@ impl Server {
             addr: String::new(),
             stderr: rx,
             _state: state,
+            _shared: shared,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -239,17 +262,19 @@ fn metrics_have_labels_help_and_type() {
 
 #[test]
 fn energy_counter_grows_at_the_simulated_power() {
-    let srv = Server::start("H100,H100", &[]);
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    let srv = Server::start_alone("H100,H100");
     let first = srv.ready(2);
     let mut last = by_gpu(&first, "zeus_gpu_energy_joules_total");
-    // Until the sampler has placed its first counter reads on the driver's update grid, when
-    // the counter's value was published is only known within a period (100 ms on an H100), and
-    // so is the served energy: the rate is measured from a scrape a second in, when it is.
+    // Until the sampler has a second counter read (at the exporter's budget, ~1.4 s after the
+    // first for two GPUs), when the first value was published is only known within a period
+    // (100 ms on an H100), and so is the served energy: the rate is measured from a scrape
+    // 2.5 s in.
     let started = Instant::now();
     let mut base: Option<(Instant, HashMap<String, f64>)> = None;
     let mut power: HashMap<String, Vec<f64>> = HashMap::new();
     let (mut e1, mut t1) = (HashMap::new(), started);
-    while started.elapsed() < Duration::from_secs(4) {
+    while started.elapsed() < Duration::from_secs_f64(8.5) {
         std::thread::sleep(Duration::from_millis(200));
         let asked = Instant::now();
         let (_, _, body) = srv.get("/metrics");
@@ -266,7 +291,7 @@ fn energy_counter_grows_at_the_simulated_power() {
         }
         last = e1.clone();
         if base.is_none() {
-            if started.elapsed() >= Duration::from_secs(1) {
+            if started.elapsed() >= Duration::from_secs_f64(2.5) {
                 base = Some((t1, e1.clone()));
             }
             continue;
@@ -281,9 +306,9 @@ fn energy_counter_grows_at_the_simulated_power() {
         let rate = (e1[g] - e0[g]) / dt;
         let watts = power[g].iter().sum::<f64>() / power[g].len() as f64;
         let err = (rate - watts).abs() / watts;
-        // Per-update noise of 1% averages out over 15 readings. At the exporter's budget the
-        // counter is read every ~1.4 s per GPU, and on a loaded machine (this file's tests run
-        // side by side) the served energy wanders by up to ~2% over these 3 s.
+        // Per-update noise of 1% averages out over 30 readings. Known (issue 22): at this
+        // budget the cache's scale can shift by up to an update of power (66 J) when a read is
+        // placed anew; over 6 s that is under 2%.
         assert!(
             err < 0.03,
             "GPU {g}: counter grew at {rate:.1} W over {dt:.2} s, power reads {watts:.1} W"
