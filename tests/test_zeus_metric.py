@@ -375,8 +375,14 @@ def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPat
         (lambda: EnergyCumulativeCounter([], [0], -0.5, "h:1", "j"), "got -0.5"),
         (lambda: PowerGauge([], 1, "h:1", "j"), "gpu_indices is empty"),
         (lambda: PowerGauge([-1], 1, "h:1", "j"), r"gpu_indices=\[-1\]: -1 is not a device index"),
-        (lambda: PowerGauge([0, 0], 1, "h:1", "j"), r"gpu_indices=\[0, 0\]: device 0 appears twice"),
-        (lambda: PowerGauge("0", 1, "h:1", "j"), "gpu_indices='0': expected a list of device indices"),
+        (
+            lambda: PowerGauge([0, 0], 1, "h:1", "j"),
+            r"gpu_indices=\[0, 0\]: device 0 appears twice",
+        ),
+        (
+            lambda: PowerGauge("0", 1, "h:1", "j"),
+            "gpu_indices='0': expected a list of device indices",
+        ),
         (lambda: EnergyCumulativeCounter([], [], 1, "h:1", "j"), "nothing to measure"),
         (lambda: EnergyHistogram([], [0], "h:1", "j", gpu_bucket_range=[]), "must not be empty"),
         (
