@@ -754,6 +754,41 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
         holder.wait()
 
 
+def _job_holding_200_w(tmp_path: Path, daemon: Daemon) -> subprocess.Popen[str]:
+    """A TCP client that has set GPU 0 to 200 W through `daemon` and waits on its stdin."""
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from zeus.device import get_gpus\n"
+            "get_gpus().set_power_management_limit(0, 200_000)\n"
+            "print('set', flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        env=_client_env(tmp_path, **daemon.env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert job.stdout is not None
+    if job.stdout.readline().strip() != "set":
+        job.kill()
+        job.wait()
+        raise AssertionError(f"the job did not set its limit:\n{daemon.log()}")
+    return job
+
+
+def _kill_and_wait_restored(job: subprocess.Popen[str], daemon: Daemon, within_s: float) -> None:
+    """SIGKILL `job`; the daemon must put GPU 0's 400 W back within `within_s`."""
+    job.kill()
+    job.wait()
+    killed = time.monotonic()
+    while daemon.power_limits()[0] != 400_000:
+        assert time.monotonic() - killed < within_s, daemon.log()
+        time.sleep(0.05)
+
+
 @pytest.mark.timeout(480)  # five minutes of holding, and the daemon's start and stop
 def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
     tmp_path: Path,
@@ -763,24 +798,8 @@ def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
     60 s in), so a job keeps its limit for five minutes of three-second leases, and a SIGKILLed
     job's limit comes back within seconds."""
     with running_zeusd(tmp_path, MODELS, "tcp", extra=("--tcp-lease-seconds", "3")) as daemon:
-        job = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys\n"
-                "from zeus.device import get_gpus\n"
-                "get_gpus().set_power_management_limit(0, 200_000)\n"
-                "print('set', flush=True)\n"
-                "sys.stdin.readline()\n",
-            ],
-            env=_client_env(tmp_path, **daemon.env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        job = _job_holding_200_w(tmp_path, daemon)
         try:
-            assert job.stdout is not None
-            assert job.stdout.readline().strip() == "set"
             # Five minutes (a hundred leases) later the job still holds its limit: the job
             # that found this lost its limit at the first lapse.
             held_until = time.monotonic() + 300
@@ -788,12 +807,7 @@ def test_a_tcp_job_keeps_its_limit_across_leases_and_a_killed_one_is_restored(
                 assert job.poll() is None, "the job exited"
                 assert daemon.power_limits()[0] == 200_000, daemon.log()
                 time.sleep(1.0)
-            job.kill()
-            job.wait()
-            killed = time.monotonic()
-            while daemon.power_limits()[0] != 400_000:
-                assert time.monotonic() - killed < 4.5, daemon.log()
-                time.sleep(0.05)
+            _kill_and_wait_restored(job, daemon, within_s=4.5)
         finally:
             if job.poll() is None:
                 job.kill()
@@ -807,33 +821,12 @@ def test_a_sigkilled_tcp_job_is_restored_within_seconds_though_its_lease_runs_a_
     the original back about a second later, not when the 60 s lease runs out (before, a killed
     TCP job kept its limit for that minute)."""
     with running_zeusd(tmp_path, MODELS, "tcp") as daemon:
-        job = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys\n"
-                "from zeus.device import get_gpus\n"
-                "get_gpus().set_power_management_limit(0, 200_000)\n"
-                "print('set', flush=True)\n"
-                "sys.stdin.readline()\n",
-            ],
-            env=_client_env(tmp_path, **daemon.env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        job = _job_holding_200_w(tmp_path, daemon)
         try:
-            assert job.stdout is not None
-            assert job.stdout.readline().strip() == "set"
             # The write returned once the job's hold connection was up: killed at once, the
             # job is restored all the same, though its lease has a minute to run.
             assert daemon.power_limits()[0] == 200_000
-            job.kill()
-            job.wait()
-            killed = time.monotonic()
-            while daemon.power_limits()[0] != 400_000:
-                assert time.monotonic() - killed < 3.0, daemon.log()
-                time.sleep(0.05)
+            _kill_and_wait_restored(job, daemon, within_s=3.0)
             assert "hold connection closed" in daemon.log()
         finally:
             if job.poll() is None:
