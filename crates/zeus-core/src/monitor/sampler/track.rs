@@ -36,7 +36,7 @@
 
 use std::collections::VecDeque;
 
-use super::fit::{self, Grid, LagRead, ReadPair};
+use super::fit::{self, Grid, LagFit, LagRead, ReadPair};
 
 /// Seconds of ticks, reads and anchors kept.
 const HISTORY_S: f64 = 600.0;
@@ -1053,6 +1053,34 @@ impl Track {
             // measured H100: that lag stands unless the data reject it.
             let on_grid = (self.schedule.grid.period - self.period).abs() < 1e-6;
             let grid_lag = self.on_grid_lag();
+            // The counter may describe an update whole periods back: a lag of the grid's
+            // family.
+            let p = self.period.max(1e-3);
+            let family = grid_lag + ((l.lag - grid_lag) / p).round() * p;
+            let off_family = (l.lag - family).abs() > l.lag_err + 0.003;
+            if on_grid
+                && l.informative
+                && off_family
+                && !l.accepts(grid_lag)
+                && !self.steps_confirm(&l, grid_lag)
+            {
+                // The pooled fit puts the counter between the power updates, but the window
+                // edges one by one do not say the same. Its evidence is a few steps, and a
+                // caller held up between its window edge and the load step (a busy machine:
+                // tens of ms) pulls it by as much; such a pull is one edge's, a board's lag is
+                // every edge's. So the grid's lag stands, measured if it was, and the fit is no
+                // word on the board.
+                self.schedule.on_ticks = true;
+                if !(self.schedule.lag_known && (self.schedule.lag - grid_lag).abs() < 0.002) {
+                    self.schedule.lag = grid_lag;
+                    self.schedule.lag_known = false;
+                    self.schedule.lag_err = self.schedule.grid.phase_err.max(0.005);
+                }
+                if self.average_only {
+                    self.fit_averaging();
+                }
+                return;
+            }
             self.schedule.on_ticks = on_grid && (!l.informative || l.accepts(grid_lag));
             let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
             if on_grid && l.informative && l.accepts(grid_lag) {
@@ -1095,6 +1123,15 @@ impl Track {
         if self.average_only {
             self.fit_averaging();
         }
+    }
+
+    /// Whether the counter's steps at window edges, taken one by one ([`Self::lag_from_steps`],
+    /// a median over at least three), agree with the lag `fit` found and not with `grid_lag`.
+    fn steps_confirm(&self, fit: &LagFit, grid_lag: f64) -> bool {
+        self.lag_from_steps().is_some_and(|(lag, err)| {
+            (lag - fit.lag).abs() <= err + fit.lag_err + 0.003
+                && (lag - grid_lag).abs() > err + 0.003
+        })
     }
 
     /// The lag from counter steps across window edges, where the load is taken to step: the
