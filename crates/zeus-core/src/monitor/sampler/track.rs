@@ -1259,7 +1259,7 @@ impl Track {
     }
 
     /// The lag that makes the counter describe the power updates (its grid's publishes minus
-    /// the last power update before them).
+    /// the power update before them).
     fn on_grid_lag(&self) -> f64 {
         let g = self.schedule.grid;
         let Some(last) = self.ticks.iter().rev().find(|k| k.seen).copied() else {
@@ -1518,7 +1518,14 @@ impl Track {
                 break;
             }
             self.pending_shapes.pop_front();
-            let step = self.model_with(a, b, None, true).0;
+            let (step, free) = self.model_with(a, b, None, true);
+            if free > 1e-6 {
+                // A stretch between two edges in one interval (a short gap between windows) has
+                // a level no reading saw: the step shape can only guess it, and a bad guess
+                // there (the readings' mean, where the gap was idle between busy windows) says
+                // nothing about whether the load steps at edges.
+                continue;
+            }
             let bridge = self.model_with(a, b, None, false).0;
             let floor = self.resolution_j * 4.0;
             for (q, pred) in [(&mut self.hinted, step), (&mut self.hinted_bridge, bridge)] {
