@@ -21,6 +21,7 @@ from typing import Callable
 import pytest
 import zeus.device.sim
 from zeus.device.exception import ZeusdConnectionError, ZeusGPUNoPermissionError
+from zeus.device.zeusd import ZeusdClient, ZeusdConfig
 from zeus.monitor.power_streaming import (
     PowerReadings,
     PowerStreamingClient,
@@ -52,8 +53,8 @@ def _wait_for(
         time.sleep(0.02)
 
 
-def _uds(daemon: Daemon, **kw: object) -> ZeusdUdsConfig:
-    return ZeusdUdsConfig(socket_path=daemon.env["ZEUSD_SOCK_PATH"], **kw)  # type: ignore[arg-type]
+def _uds(daemon: Daemon, **kw: object) -> ZeusdConfig:
+    return ZeusdConfig.uds(daemon.env["ZEUSD_SOCK_PATH"], **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -262,6 +263,10 @@ def test_servers_are_checked_before_anything_starts(tmp_path: Path) -> None:
         (lambda: ZeusdTcpConfig(host="node1", cpu_indices=[1, 1]), "appears twice"),
         (lambda: ZeusdUdsConfig(socket_path="/s", gpu_indices="01"), "not a string"),  # type: ignore[arg-type]
         (lambda: ZeusdUdsConfig(socket_path=""), "socket_path=''"),
+        (lambda: ZeusdConfig.tcp("node1", 0), "port=0"),
+        (lambda: ZeusdConfig.uds("/s", cpu_indices=[-2]), "-2 is not a device index"),
+        (lambda: ZeusdConfig(socket_path="/s", port=4938), "a Unix socket has no port"),
+        (lambda: ZeusdConfig(host="node1", socket_path="/s"), "exactly one"),
         (lambda: PowerStreamingClient([]), "servers is empty"),
         (
             lambda: PowerStreamingClient([ZeusdUdsConfig("/s")], reconnect_delay_s=0),
@@ -277,6 +282,47 @@ def test_bad_configuration_names_the_value(make: Callable[[], object], match: st
 def test_tcp_keys_bracket_ipv6() -> None:
     assert ZeusdTcpConfig(host="::1", port=4000).key == "[::1]:4000"
     assert ZeusdTcpConfig(host="node7").key == "node7:4938"
+    assert ZeusdConfig.tcp("node7").key == "node7:4938"
+
+
+def test_one_address_type_for_every_zeusd_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zeus 0.16's two streaming configs build the one `ZeusdConfig` that the write switch and
+    `ZeusdClient` take, with the same token rule (`ZEUSD_TOKEN` when none is given)."""
+    monkeypatch.setenv("ZEUSD_TOKEN", "from-env")
+    old = ZeusdTcpConfig("node7", 4000, gpu_indices=[1])
+    new = ZeusdConfig.tcp("node7", 4000, gpu_indices=[1])
+    assert isinstance(old, ZeusdConfig)
+    assert (
+        (old.host, old.port, old.token, old.gpu_indices, old.cpu_indices)
+        == (
+            new.host,
+            new.port,
+            new.token,
+            new.gpu_indices,
+            new.cpu_indices,
+        )
+        == ("node7", 4000, "from-env", [1], None)
+    )
+    assert ZeusdConfig.uds("/s", token="given").token == "given"
+    assert ZeusdUdsConfig("/s").socket_path == ZeusdConfig.uds("/s").socket_path == "/s"
+    assert "from-env" not in repr(old) and "token=<set>" in repr(old)
+    monkeypatch.delenv("ZEUSD_TOKEN")
+    with running_zeusd(tmp_path, MODELS, "uds") as daemon:
+        config = ZeusdConfig.uds(daemon.env["ZEUSD_SOCK_PATH"])
+        # The same object talks to the daemon as a client and as a streaming server.
+        zeusd = ZeusdClient(config)
+        try:
+            assert [g["id"] for g in zeusd.discover()["gpus"]] == [0, 1]
+        finally:
+            zeusd.close()
+        with PowerStreamingClient([config]) as client:
+            _wait_for(
+                client,
+                lambda r: sorted(r.get(config.key, PowerReadings()).gpu_power_w) == [0, 1],
+                "both GPUs streamed",
+            )
 
 
 def test_cli_streams_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

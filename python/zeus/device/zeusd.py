@@ -44,6 +44,7 @@ from zeus.device.exception import (
     ZeusGPUNotSupportedError,
     ZeusGPUUnknownError,
 )
+from zeus.util.indices import check_indices
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
@@ -114,13 +115,29 @@ def parse_host_port(value: str, name: str = HOST_PORT_VAR) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class ZeusdConfig:
-    """Where zeusd listens (a Unix socket or a TCP address) and the token to send.
+    """Where zeusd listens, the token to send, and which of its devices to stream.
+
+    The address is a Unix socket or a TCP host and port; the devices matter only to
+    `PowerStreamingClient`.
+
+    Build one with `ZeusdConfig.tcp(host, port)`, `ZeusdConfig.uds(socket_path)` or
+    `ZeusdConfig.from_env()`. It is the one address type of every zeusd client: the GPU-write
+    switch, `ZeusdClient` and `PowerStreamingClient` (whose Zeus 0.16 names `ZeusdTcpConfig`
+    and `ZeusdUdsConfig` build it too).
 
     Attributes:
         socket_path: The daemon's Unix socket, or None for TCP.
         host: The daemon's host (TCP), or None.
-        port: The daemon's port (TCP), or None.
-        token: Bearer token (`ZEUSD_TOKEN`), or None.
+        port: The daemon's port (TCP; 4938 when not given), or None over a socket.
+        token: Bearer token, or None.
+        gpu_indices: The daemon's GPU indices to stream; None for all, `[]` for none.
+        cpu_indices: The daemon's CPU package indices to stream; None for all (none where the
+            node has no RAPL), `[]` for none.
+
+    Raises:
+        ValueError: both or neither of `socket_path` and `host`, an empty or padded host, a
+            port that is not an int in 1-65535, an empty socket path, or a bad index list
+            (each message names the value).
 
     """
 
@@ -128,10 +145,66 @@ class ZeusdConfig:
     host: Optional[str] = None
     port: Optional[int] = None
     token: Optional[str] = None
+    gpu_indices: Optional[list[int]] = None
+    cpu_indices: Optional[list[int]] = None
 
     def __post_init__(self) -> None:
         if (self.socket_path is None) == (self.host is None):
             raise ValueError("ZeusdConfig needs exactly one of socket_path and host")
+        if self.host is not None:
+            if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
+                raise ValueError(f"host={self.host!r}: expected a host name or IP address")
+            port = DEFAULT_TCP_PORT if self.port is None else self.port
+            if isinstance(port, bool) or not isinstance(port, int):
+                raise ValueError(f"port={port!r}: expected an int")
+            if not 1 <= port <= 65535:
+                raise ValueError(f"port={port}: outside 1-65535")
+            object.__setattr__(self, "port", port)
+        else:
+            path = self.socket_path
+            if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+                raise ValueError(f"socket_path={path!r}: expected a path")
+            if self.port is not None:
+                raise ValueError(f"port={self.port!r}: a Unix socket has no port")
+            object.__setattr__(self, "socket_path", os.fspath(path))
+        object.__setattr__(self, "gpu_indices", check_indices("gpu_indices", self.gpu_indices))
+        object.__setattr__(self, "cpu_indices", check_indices("cpu_indices", self.cpu_indices))
+
+    @classmethod
+    def tcp(
+        cls,
+        host: str,
+        port: int = DEFAULT_TCP_PORT,
+        *,
+        token: Optional[str] = None,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+    ) -> ZeusdConfig:
+        """A zeusd on `host:port` (`--mode tcp`); `token` None reads `ZEUSD_TOKEN`."""
+        return cls(
+            host=host,
+            port=port,
+            token=_token_or_env(token),
+            gpu_indices=gpu_indices,
+            cpu_indices=cpu_indices,
+        )
+
+    @classmethod
+    def uds(
+        cls,
+        socket_path: str,
+        *,
+        token: Optional[str] = None,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+    ) -> ZeusdConfig:
+        """A zeusd on this node's socket (`--mode uds`); `token` None reads `ZEUSD_TOKEN`."""
+        return cls(
+            socket_path=socket_path,
+            token=_token_or_env(token),
+            gpu_indices=gpu_indices,
+            cpu_indices=cpu_indices,
+        )
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdConfig]:
@@ -201,10 +274,25 @@ class ZeusdConfig:
             trust_env=False,
         )
 
+    @property
+    def key(self) -> str:
+        """The server's name in `PowerStreamingClient` readings (Zeus 0.16): the endpoint."""
+        return self.endpoint
+
     def __repr__(self) -> str:
         # Never print the token.
-        token = ", token=<set>" if self.token is not None else ""
-        return f"ZeusdConfig({self.variable}={self.endpoint!r}{token})"
+        parts = [f"{self.variable}={self.endpoint!r}"]
+        if self.token is not None:
+            parts.append("token=<set>")
+        for name in ("gpu_indices", "cpu_indices"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _token_or_env(token: Optional[str]) -> Optional[str]:
+    return token if token is not None else (os.environ.get(TOKEN_VAR) or None)
 
 
 _client_id: Optional[tuple[int, str]] = None

@@ -121,16 +121,15 @@ def _serve(args: argparse.Namespace) -> None:
 def _server(value: str) -> Any:
     """`argparse` type of a zeusd: a Unix socket path (has a `/`) or `host[:port]`."""
     from zeus.device.exception import ZeusdConfigError
-    from zeus.device.zeusd import parse_host_port
-    from zeus.monitor.power_streaming import ZeusdTcpConfig, ZeusdUdsConfig
+    from zeus.device.zeusd import ZeusdConfig, parse_host_port
 
     if "/" in value:
-        return ZeusdUdsConfig(socket_path=value)
+        return ZeusdConfig.uds(value)
     try:
         host, port = parse_host_port(value, "SERVER")
     except ZeusdConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    return ZeusdTcpConfig(host=host, port=port)
+    return ZeusdConfig.tcp(host, port)
 
 
 def _stream(args: argparse.Namespace, out: TextIO, err: Console) -> None:

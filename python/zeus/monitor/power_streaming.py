@@ -4,12 +4,12 @@
 zeusd's `/gpu/stream_power` and `/cpu/stream_power` and holds the latest power of every device:
 
 ```python
-from zeus.monitor.power_streaming import PowerStreamingClient, ZeusdTcpConfig, ZeusdUdsConfig
+from zeus.monitor.power_streaming import PowerStreamingClient, ZeusdConfig
 
 with PowerStreamingClient(
     servers=[
-        ZeusdTcpConfig(host="node1", gpu_indices=[0, 1]),
-        ZeusdUdsConfig(socket_path="/run/zeusd/zeusd.sock"),
+        ZeusdConfig.tcp("node1", gpu_indices=[0, 1]),
+        ZeusdConfig.uds("/run/zeusd/zeusd.sock"),
     ],
 ) as client:
     client.get_power()  # {"node1:4938": PowerReadings(...), "/run/zeusd/zeusd.sock": ...}
@@ -38,23 +38,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 import httpx
 from httpx_sse import connect_sse
 
-from zeus.device.zeusd import DEFAULT_TCP_PORT, TOKEN_VAR, ZeusdClient, ZeusdConfig
-from zeus.util.indices import check_indices
+from zeus.device.zeusd import DEFAULT_TCP_PORT, ZeusdClient, ZeusdConfig
 
 __all__ = [
     "CpuPowerReading",
     "PowerReadings",
     "PowerStreamingClient",
+    "ZeusdConfig",
     "ZeusdTcpConfig",
     "ZeusdUdsConfig",
 ]
@@ -72,11 +71,10 @@ its stream's next event (within 100 ms at zeusd's rates); one stuck on a hung da
 daemon thread and ends at its read timeout."""
 
 
-@dataclass(frozen=True)
-class ZeusdTcpConfig:
-    """A zeusd listening on TCP (`zeusd serve --mode tcp`).
+class ZeusdTcpConfig(ZeusdConfig):
+    """Zeus 0.16's name for `ZeusdConfig.tcp(...)`: a zeusd listening on TCP.
 
-    Attributes:
+    Args:
         host: Host name or IP address of the node.
         port: zeusd's port (4938 by convention).
         gpu_indices: The daemon's GPU indices to stream; None for all of them, `[]` for none.
@@ -86,37 +84,24 @@ class ZeusdTcpConfig:
 
     """
 
-    host: str
-    port: int = DEFAULT_TCP_PORT
-    gpu_indices: Optional[list[int]] = None
-    cpu_indices: Optional[list[int]] = None
-    token: Optional[str] = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.host, str) or not self.host or self.host != self.host.strip():
-            raise ValueError(f"host={self.host!r}: expected a host name or IP address")
-        if isinstance(self.port, bool) or not isinstance(self.port, int):
-            raise ValueError(f"port={self.port!r}: expected an int")
-        if not 1 <= self.port <= 65535:
-            raise ValueError(f"port={self.port}: outside 1-65535")
-        object.__setattr__(self, "gpu_indices", check_indices("gpu_indices", self.gpu_indices))
-        object.__setattr__(self, "cpu_indices", check_indices("cpu_indices", self.cpu_indices))
-
-    @property
-    def key(self) -> str:
-        """`host:port`, the key of this server's readings (IPv6 hosts in brackets)."""
-        return self.zeusd_config().endpoint
-
-    def zeusd_config(self) -> ZeusdConfig:
-        """Where to connect, with the token (`ZEUSD_TOKEN` when `token` is None)."""
-        return ZeusdConfig(host=self.host, port=self.port, token=_token(self.token))
+    def __init__(
+        self,
+        host: str,
+        port: int = DEFAULT_TCP_PORT,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+        token: Optional[str] = None,
+    ) -> None:
+        like = ZeusdConfig.tcp(
+            host, port, token=token, gpu_indices=gpu_indices, cpu_indices=cpu_indices
+        )
+        super().__init__(**vars(like))
 
 
-@dataclass(frozen=True)
-class ZeusdUdsConfig:
-    """A zeusd listening on a Unix socket on this node (`zeusd serve --mode uds`).
+class ZeusdUdsConfig(ZeusdConfig):
+    """Zeus 0.16's name for `ZeusdConfig.uds(...)`: a zeusd on a Unix socket on this node.
 
-    Attributes:
+    Args:
         socket_path: The daemon's socket.
         gpu_indices: As in `ZeusdTcpConfig`.
         cpu_indices: As in `ZeusdTcpConfig`.
@@ -124,33 +109,22 @@ class ZeusdUdsConfig:
 
     """
 
-    socket_path: str
-    gpu_indices: Optional[list[int]] = None
-    cpu_indices: Optional[list[int]] = None
-    token: Optional[str] = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.socket_path, (str, os.PathLike)) or not str(self.socket_path):
-            raise ValueError(f"socket_path={self.socket_path!r}: expected a path")
-        object.__setattr__(self, "socket_path", os.fspath(self.socket_path))
-        object.__setattr__(self, "gpu_indices", check_indices("gpu_indices", self.gpu_indices))
-        object.__setattr__(self, "cpu_indices", check_indices("cpu_indices", self.cpu_indices))
-
-    @property
-    def key(self) -> str:
-        """The socket path, the key of this server's readings."""
-        return self.socket_path
-
-    def zeusd_config(self) -> ZeusdConfig:
-        """Where to connect, with the token (`ZEUSD_TOKEN` when `token` is None)."""
-        return ZeusdConfig(socket_path=self.socket_path, token=_token(self.token))
+    def __init__(
+        self,
+        socket_path: str,
+        gpu_indices: Optional[list[int]] = None,
+        cpu_indices: Optional[list[int]] = None,
+        token: Optional[str] = None,
+    ) -> None:
+        like = ZeusdConfig.uds(
+            socket_path, token=token, gpu_indices=gpu_indices, cpu_indices=cpu_indices
+        )
+        super().__init__(**vars(like))
 
 
-ServerConfig = Union[ZeusdTcpConfig, ZeusdUdsConfig]
-
-
-def _token(token: Optional[str]) -> Optional[str]:
-    return token if token is not None else (os.environ.get(TOKEN_VAR) or None)
+ServerConfig = ZeusdConfig
+"""A server of `PowerStreamingClient`: `ZeusdConfig.tcp(...)`, `ZeusdConfig.uds(...)`, or
+their Zeus 0.16 names."""
 
 
 @dataclass
@@ -195,8 +169,7 @@ class PowerReadings:
 class _Stream:
     """One SSE connection: a server and a device kind, with the indices it carries."""
 
-    server: ServerConfig
-    config: ZeusdConfig
+    server: ZeusdConfig
     kind: Literal["gpu", "cpu"]
     indices: tuple[int, ...]
 
@@ -340,8 +313,7 @@ class PowerStreamingClient:
 
     def _open(self, server: ServerConfig) -> list[_Stream]:
         """Check `server` and read its devices once: the streams to start for it."""
-        config = server.zeusd_config()
-        client = ZeusdClient(config, timeout=5.0, purpose=PURPOSE)
+        client = ZeusdClient(server, timeout=5.0, purpose=PURPOSE)
         try:
             info = client.discover()
             groups = set(info.get("enabled_api_groups", []))
@@ -353,7 +325,7 @@ class PowerStreamingClient:
                 ts, power = client.get_power(gpus)
                 for i, mw in power.items():
                     self._set(server.key, ts, gpu=(i, mw / 1000.0))
-                streams.append(_Stream(server, config, "gpu", tuple(gpus)))
+                streams.append(_Stream(server, "gpu", tuple(gpus)))
             cpus = _chosen(
                 server, "CPU", server.cpu_indices, [c["id"] for c in info["cpus"]], groups
             )
@@ -361,7 +333,7 @@ class PowerStreamingClient:
                 ts, cpu_power = client.get_cpu_power(cpus)
                 for i, (cpu_mw, dram_mw) in cpu_power.items():
                     self._set(server.key, ts, cpu=(i, _cpu_reading(cpu_mw, dram_mw)))
-                streams.append(_Stream(server, config, "cpu", tuple(cpus)))
+                streams.append(_Stream(server, "cpu", tuple(cpus)))
             return streams
         finally:
             client.close()
@@ -400,7 +372,7 @@ class PowerStreamingClient:
         path = f"/{stream.kind}/stream_power"
         failing: set[int] = set()  # devices the daemon reported an error for, not yet cleared
         with (
-            stream.config.http_client(timeout) as http,
+            stream.server.http_client(timeout) as http,
             connect_sse(http, "GET", path, params=params) as source,
         ):
             if source.response.status_code != 200:
