@@ -75,6 +75,9 @@ const FIT_READS: usize = 64;
 const REFIT_EVERY: u32 = 16;
 /// Half-width multiplier of a window's bound: about 95% of a normal error.
 pub const Z95: f64 = 1.96;
+/// Edge intervals whose stretch between edges is longer than this (s) are left out of the
+/// shapes' scoring ([`Track::score_shapes`]).
+const FREE_UNSCORED: f64 = 0.001;
 /// Residuals kept per kind for the bound and the self-check.
 const RESIDUALS: usize = 24;
 /// Readings the power floor looks back over.
@@ -1519,11 +1522,12 @@ impl Track {
             }
             self.pending_shapes.pop_front();
             let (step, free) = self.model_with(a, b, None, true);
-            if free > 1e-6 {
+            if free > FREE_UNSCORED {
                 // A stretch between two edges in one interval (a short gap between windows) has
                 // a level no reading saw: the step shape can only guess it, and a bad guess
                 // there (the readings' mean, where the gap was idle between busy windows) says
-                // nothing about whether the load steps at edges.
+                // nothing about whether the load steps at edges. A stretch too short to matter
+                // (one window ending as the next begins, microseconds) leaves it fair.
                 continue;
             }
             let bridge = self.model_with(a, b, None, false).0;
