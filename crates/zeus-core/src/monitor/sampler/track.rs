@@ -1061,32 +1061,26 @@ impl Track {
             let p = self.period.max(1e-3);
             let family = grid_lag + ((l.lag - grid_lag) / p).round() * p;
             let off_family = (l.lag - family).abs() > l.lag_err + 0.003;
-            if on_grid
+            // The pooled fit may put the counter between the power updates while the window
+            // edges one by one do not say the same. Its evidence is a few steps, and a caller
+            // held up between its window edge and the load step (a busy machine: tens of ms)
+            // pulls it by as much; such a pull is one edge's, a board's lag is every edge's.
+            let unconfirmed = on_grid
                 && l.informative
                 && off_family
                 && !l.accepts(grid_lag)
-                && !self.steps_confirm(&l, grid_lag)
-            {
-                // The pooled fit puts the counter between the power updates, but the window
-                // edges one by one do not say the same. Its evidence is a few steps, and a
-                // caller held up between its window edge and the load step (a busy machine:
-                // tens of ms) pulls it by as much; such a pull is one edge's, a board's lag is
-                // every edge's. So the grid's lag stands, measured if it was, and the fit is no
-                // word on the board.
-                self.schedule.on_ticks = true;
+                && !self.steps_confirm(&l, grid_lag);
+            self.schedule.on_ticks =
+                on_grid && (unconfirmed || !l.informative || l.accepts(grid_lag));
+            let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
+            if unconfirmed {
+                // The grid's lag stands, measured if it was; the fit is no word on the board.
                 if !(self.schedule.lag_known && (self.schedule.lag - grid_lag).abs() < 0.002) {
                     self.schedule.lag = grid_lag;
                     self.schedule.lag_known = false;
                     self.schedule.lag_err = self.schedule.grid.phase_err.max(0.005);
                 }
-                if self.average_only {
-                    self.fit_averaging();
-                }
-                return;
-            }
-            self.schedule.on_ticks = on_grid && (!l.informative || l.accepts(grid_lag));
-            let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
-            if on_grid && l.informative && l.accepts(grid_lag) {
+            } else if on_grid && l.informative && l.accepts(grid_lag) {
                 self.schedule.lag = grid_lag;
                 self.schedule.lag_err = l.lag_err.clamp(0.001, 0.005);
                 self.schedule.lag_known = true;
