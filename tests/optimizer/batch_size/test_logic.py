@@ -1,4 +1,9 @@
-"""Property tests of the optimizer's pure decisions: explorer, bandit update, stop rule."""
+"""Property tests of the decisions the server makes through the core's batch-size policy.
+
+`zeus._core.PruningGtsPolicy` is stateless (a job's record in, the next trial out): the
+server builds it from a job's row (`logic.policy_of`) and calls it under the job's lock. Here
+it is driven the same way: explorer, bandit update, Thompson sampling, stop rule.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,34 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from zeus._core import NumpyRng, PruningGtsPolicy
 from zeus.optimizer.batch_size.server.logic import (
     ArmState,
-    Exploration,
-    ExploreNext,
     NoConvergedBatchSizeError,
-    PruningDone,
-    WaitForExploration,
     decide_report,
     dump_rng,
-    fit_arm,
     load_rng,
     new_rng_state,
-    next_exploration,
-    thompson_predict,
 )
+
+# (dispatched, converged, cost) of one exploration trial, as the server reads it.
+Exploration = tuple[bool, bool, float]
+
+
+def fit_arm(bs: int, prior_mean: float, prior_prec: float, rewards: list[float]) -> ArmState:
+    """The arm the server fits on `rewards` (every reward: no window)."""
+    policy = PruningGtsPolicy([bs], bs, prior_mean=prior_mean, prior_precision=prior_prec)
+    return policy.fit(bs, rewards)
+
+
+def thompson_predict(arms: list[ArmState], k: int, rng: NumpyRng) -> int:
+    """The batch size a job in the bandit stage runs next."""
+    bss = [a.batch_size for a in arms]
+    policy = PruningGtsPolicy(bss, bss[0], bandit_explorations=k)
+    decision = policy.decide(arms, {}, {}, 0, rng)
+    assert decision.kind == "bandit" and decision.new_arms is None
+    return decision.batch_size
+
 
 # -- explorer --------------------------------------------------------------------------------
 
@@ -83,54 +101,63 @@ def test_explorer_matches_generator_formulation(case: tuple) -> None:
         oracle_error = True
 
     # Stateless replay, one exploration at a time, as the server does it.
+    policy = PruningGtsPolicy(bss, default, pruning_rounds=rounds)
+    rng = NumpyRng(0)
     explorations: dict[int, list[Exploration]] = {}
+    rewards: dict[int, list[float]] = {}
     seq: list[int] = []
     for _ in range(len(bss) * max(rounds, 1) + 1):
         try:
-            step = next_exploration(bss, default, rounds, explorations)
+            decision = policy.decide(None, explorations, rewards, 0, rng)
         except NoConvergedBatchSizeError:
             assert oracle_error
             assert seq == oracle_seq
             return
-        if isinstance(step, PruningDone):
+        if decision.kind == "bandit":
             break
-        assert isinstance(step, ExploreNext)
-        bs = step.batch_size
+        assert decision.kind == "exploration" and decision.new_arms is None
+        bs = decision.batch_size
         r = len(explorations.get(bs, []))
-        # While in flight, concurrent callers wait.
-        explorations.setdefault(bs, []).append(Exploration(True, False, 0.0))
-        assert isinstance(next_exploration(bss, default, rounds, explorations), WaitForExploration)
+        # While in flight, concurrent callers run the best batch size so far.
+        explorations.setdefault(bs, []).append((True, False, 0.0))
+        waiting = policy.decide(None, explorations, rewards, 0, rng)
+        assert (waiting.kind, waiting.batch_size) == ("concurrent", 0)
         converged, cost = outcomes[(bs, r)]
-        explorations[bs][-1] = Exploration(False, converged, cost)
+        explorations[bs][-1] = (False, converged, cost)
+        rewards.setdefault(bs, []).append(-cost)
         seq.append(bs)
     else:
         pytest.fail("explorer did not terminate")
     assert not oracle_error
     assert seq == oracle_seq
-    assert step.batch_sizes == oracle_final
-    # Survivors converged in every round they were explored in.
-    for bs in step.batch_sizes:
-        assert len(explorations.get(bs, [])) == rounds
-        assert all(e.converged for e in explorations.get(bs, []))
+    # Pruning's end makes the survivors the bandit's arms, each fitted on its rewards.
+    assert decision.new_arms is not None
+    assert [a.batch_size for a in decision.new_arms] == oracle_final
+    for arm in decision.new_arms:
+        assert arm == fit_arm(arm.batch_size, 0.0, 0.0, rewards.get(arm.batch_size, []))
+        # Survivors converged in every round they were explored in.
+        assert len(explorations.get(arm.batch_size, [])) == rounds
+        assert all(converged for _, converged, _ in explorations.get(arm.batch_size, []))
 
 
 def test_explorer_examples() -> None:
     bss = [8, 16, 32, 64, 128, 256]
     # Everyone converges; cost is lowest at 32: round 2 restarts from 32.
     cost = {8: 5.0, 16: 3.0, 32: 1.0, 64: 2.0, 128: 4.0, 256: 6.0}
+    policy = PruningGtsPolicy(bss, 64, pruning_rounds=2)
     exps: dict[int, list[Exploration]] = {}
     seq = []
     while True:
-        step = next_exploration(bss, 64, 2, exps)
-        if isinstance(step, PruningDone):
+        kind, value = policy.next_exploration(exps)
+        if kind == "done":
             break
-        assert isinstance(step, ExploreNext)
-        seq.append(step.batch_size)
-        exps.setdefault(step.batch_size, []).append(Exploration(False, True, cost[step.batch_size]))
+        assert kind == "explore"
+        seq.append(value)
+        exps.setdefault(value, []).append((False, True, cost[value]))
     assert seq == [64, 32, 16, 8, 128, 256, 32, 16, 8, 64, 128, 256]
-    assert step.batch_sizes == bss
+    assert value == bss
     # Zero rounds: every batch size is an arm.
-    assert next_exploration(bss, 64, 0, {}) == PruningDone(bss)
+    assert PruningGtsPolicy(bss, 64, pruning_rounds=0).next_exploration({}) == ("done", bss)
 
 
 # -- bandit update ---------------------------------------------------------------------------
@@ -285,3 +312,13 @@ def test_generator_state_is_numpys_before_and_after_a_decision(
         scale = 0.0 if math.isinf(a.param_precision) else math.sqrt(1 / a.param_precision)
         twin.normal(a.param_mean, scale)
     assert json.loads(dump_rng(rng)) == twin.bit_generator.state
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(finite, min_size=1, max_size=12), st.integers(-2, 6))
+def test_an_arm_is_fitted_on_its_last_window_size_rewards(rewards: list[float], w: int) -> None:
+    """`window_size` > 0 keeps the most recent rewards; 0 or less keeps them all."""
+    policy = PruningGtsPolicy([8], 8, window_size=w)
+    kept = rewards[-w:] if w > 0 else rewards
+    assert policy.fit(8, rewards) == fit_arm(8, 0.0, 0.0, kept)
+    assert policy.fit(8, rewards).num_observations == len(kept)

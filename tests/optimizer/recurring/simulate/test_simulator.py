@@ -61,15 +61,12 @@ def toy_sim(tmp_path: Path, bso: BatchSizeOptimizer, seed: int = 1) -> Simulator
     )
 
 
-def test_fast_and_python_paths_agree_on_the_toy_job(tmp_path: Path) -> None:
-    fast = toy_sim(tmp_path, PruningGTSBatchSizeOptimizer(seed=1, verbose=False))
-    hist = fast.simulate_one_job(TOY, 20, 2.0, 0.5)
+def test_the_toy_job_ends_at_its_cheapest_configuration(tmp_path: Path) -> None:
+    hist = toy_sim(tmp_path, PruningGTSBatchSizeOptimizer(seed=1, verbose=False)).simulate_one_job(
+        TOY, 20, 2.0, 0.5
+    )
     # bs 16 epoch cost: 100 W (40+100)*10 = 1400, 200 W (75+100)*7.5 = 1312.5.
     assert hist[-1].bs == 16 and hist[-1].pl == 200 and hist[-1].reached
-
-    # A subclass takes the Python callback path: one policy core, so the same runs.
-    slow = toy_sim(tmp_path, _PythonPath(seed=1, verbose=False))
-    assert slow.simulate_one_job(TOY, 20, 2.0, 0.5) == hist
 
 
 def test_user_policy_objects_are_called_and_not_mutated(tmp_path: Path) -> None:
@@ -341,26 +338,20 @@ def test_statistical_agreement_with_the_reference_simulator(traces: Path) -> Non
         assert ours_t == pytest.approx(ref_t, rel=0.05), key
 
 
-class _PythonPath(PruningGTSBatchSizeOptimizer):
-    """The built-in policy as a user policy: the simulator calls it back from the Rust loop."""
-
-
-@pytest.mark.parametrize("path", ["rust", "python callbacks"])
-def test_every_run_matches_the_reference_trajectory(traces: Path, path: str) -> None:
+def test_every_run_matches_the_reference_trajectory(traces: Path) -> None:
     """The one implementation of the Zeus policy makes the reference's decisions, run for run.
 
     `reference_trajectories.json` holds histories of zeus-ml 0.8.2's simulator for several
     jobs and seeds; batch sizes, power limits and outcomes must agree exactly, energies and
-    times to rounding, whether the policy runs inside the Rust loop or is called back.
+    times to rounding.
     """
     golden = json.loads(Path(__file__).with_name("reference_trajectories.json").read_text())
-    bso_class = PruningGTSBatchSizeOptimizer if path == "rust" else _PythonPath
     for case in golden["cases"]:
         gpu, workload, seed = case["gpu"], case["workload"], case["seed"]
         sim = Simulator(
             traces / "summary_train.csv",
             traces / f"summary_power_{gpu}.csv",
-            bso_class(seed=seed, verbose=False),
+            PruningGTSBatchSizeOptimizer(seed=seed, verbose=False),
             JITPowerLimitOptimizer(verbose=False),
             seed=seed,
         )

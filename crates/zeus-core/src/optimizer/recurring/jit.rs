@@ -15,6 +15,11 @@ impl JitPowerLimit {
         self.best.get(&batch_size).map(|b| b.0)
     }
 
+    /// `(batch_size, (power_limit, cost))` of the best limit of each profiled batch size.
+    pub fn best(&self) -> impl Iterator<Item = (u32, (u32, f64))> + '_ {
+        self.best.iter().map(|(&bs, &b)| (bs, b))
+    }
+
     /// Learn the cost of `batch_size` at `power_limit`.
     pub fn observe(&mut self, batch_size: u32, power_limit: u32, cost: f64) {
         match self.best.get(&batch_size) {

@@ -10,9 +10,10 @@
 //!
 //! [`simulator`] replays recurring jobs over measured traces (the paper's evaluation).
 //!
-//! The pieces are stateless where the server needs them to be (past observations and a
-//! savable random state in, the next decision out), so a server can keep its state in a
-//! database; [`PruningGts`] composes them for callers that keep state in memory.
+//! The batch-size rules are composed once, in [`policy`]: stateless (a job's record and a
+//! savable random state in, the next decision out), so the server keeps its jobs in a
+//! database and decides through it, and [`PruningGts`] keeps one job in memory for
+//! `zeus.policy` and the simulator and decides through it too.
 //!
 //! Random numbers come from [`crate::util::numpy_rng::NumpyRng`], which reproduces numpy's
 //! `default_rng` draw for draw, so seeded runs make exactly the reference's decisions.
@@ -20,6 +21,7 @@
 pub mod bandit;
 pub mod explorer;
 pub mod jit;
+pub mod policy;
 mod pruning_gts;
 pub mod report;
 pub mod simulator;
@@ -27,6 +29,7 @@ pub mod simulator;
 pub use bandit::{fit_arm, reward_precision, thompson_predict, Arm, BanditRng};
 pub use explorer::{next_exploration, Exploration, ExploreStep};
 pub use jit::JitPowerLimit;
+pub use policy::{Decision, PruningGtsPolicy, TrialKind};
 pub use pruning_gts::PruningGts;
 pub use report::{decide_report, ReportDecision, StopRule};
 
@@ -39,6 +42,9 @@ pub enum PolicyError {
          beta_knob and register a new job"
     )]
     NoConvergedBatchSize { round: usize },
+    /// An observation of a batch size other than the one pruning explores.
+    #[error("PruningExploreManager: self.expecting={expecting}, batch_size={batch_size}")]
+    NotExpected { expecting: u32, batch_size: u32 },
     /// An argument is outside what the policy accepts.
     #[error("{0}")]
     InvalidArgument(String),

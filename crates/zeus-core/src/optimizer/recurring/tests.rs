@@ -172,7 +172,11 @@ fn the_stop_rule_keeps_training_until_target_epochs_or_cost_bound() {
 
 #[test]
 fn pruning_gts_moves_to_the_bandit_and_checks_what_it_is_told() {
-    let mut p = PruningGts::new(&[8, 16, 32], 16, 0.0, 0.0, 0, false, Plain).unwrap();
+    let mut p = PruningGts::new(
+        PruningGtsPolicy::reference(&[8, 16, 32], 16, 0.0, 0.0, 0).unwrap(),
+        false,
+        Plain,
+    );
     let cost = |bs: u32| f64::from(bs);
     while !p.in_bandit_stage() {
         let bs = p.predict().unwrap();
@@ -188,7 +192,11 @@ fn pruning_gts_moves_to_the_bandit_and_checks_what_it_is_told() {
     assert_eq!(p.predict(), Ok(16));
     assert!(p.observe(64, 1.0, None).is_err());
 
-    let mut q = PruningGts::new(&[8, 16], 16, 0.0, 0.0, 0, false, Plain).unwrap();
+    let mut q = PruningGts::new(
+        PruningGtsPolicy::reference(&[8, 16], 16, 0.0, 0.0, 0).unwrap(),
+        false,
+        Plain,
+    );
     assert!(
         q.observe(16, 1.0, None).is_err(),
         "converged is needed while pruning"
@@ -197,13 +205,111 @@ fn pruning_gts_moves_to_the_bandit_and_checks_what_it_is_told() {
         q.observe(8, 1.0, Some(true)).is_err(),
         "16 is being explored"
     );
-    let mut c = PruningGts::new(&[8, 16], 16, 0.0, 0.0, 0, true, Plain).unwrap();
+    let mut c = PruningGts::new(
+        PruningGtsPolicy::reference(&[8, 16], 16, 0.0, 0.0, 0).unwrap(),
+        true,
+        Plain,
+    );
     assert!(
         c.observe(8, 1.0, Some(true)).is_ok(),
         "ignored under concurrency"
     );
     assert_eq!(c.predict(), Ok(16));
-    assert!(PruningGts::new(&[8, 16], 32, 0.0, 0.0, 0, false, Plain).is_err());
+    assert!(PruningGtsPolicy::reference(&[8, 16], 32, 0.0, 0.0, 0).is_err());
+}
+
+#[test]
+fn the_policy_waits_on_an_exploration_in_flight_and_fits_the_survivors_on_their_window() {
+    let policy = PruningGtsPolicy::new(&[8, 16], 16, 1, 0.0, 0.0, 2, 2).unwrap();
+    let mut explorations = HashMap::new();
+    let mut rewards = HashMap::new();
+    let d = policy
+        .decide(None, &explorations, &rewards, 8, &mut Plain)
+        .unwrap();
+    assert_eq!((d.batch_size, d.kind), (16, TrialKind::Exploration));
+
+    // 16 is in flight: another recurrence runs the best batch size so far.
+    explorations.insert(
+        16,
+        vec![Exploration {
+            dispatched: true,
+            converged: false,
+            cost: 0.0,
+        }],
+    );
+    let d = policy
+        .decide(None, &explorations, &rewards, 8, &mut Plain)
+        .unwrap();
+    assert_eq!(
+        (d.batch_size, d.kind, d.new_arms),
+        (8, TrialKind::Concurrent, None)
+    );
+
+    // Both converge in the one round; 16 also ran three concurrent recurrences.
+    explorations.insert(
+        16,
+        vec![Exploration {
+            dispatched: false,
+            converged: true,
+            cost: 4.0,
+        }],
+    );
+    explorations.insert(
+        8,
+        vec![Exploration {
+            dispatched: false,
+            converged: true,
+            cost: 9.0,
+        }],
+    );
+    rewards.insert(16, vec![-4.0, -1.0, -2.0, -3.0]);
+    rewards.insert(8, vec![-9.0]);
+    let d = policy
+        .decide(None, &explorations, &rewards, 8, &mut Plain)
+        .unwrap();
+    let arms = d.new_arms.expect("pruning is over");
+    assert_eq!(d.kind, TrialKind::Bandit);
+    // Each arm is fitted on its last two rewards (the window), from the prior.
+    assert_eq!(arms[0], policy.fit(8, &[-9.0]));
+    assert_eq!(arms[1].observations, 2);
+    assert_eq!(arms[1].mean, -2.5);
+    // The bandit explores the arm seen once before it samples.
+    assert_eq!(d.batch_size, 8);
+    let next = policy
+        .decide(Some(&arms), &explorations, &rewards, 8, &mut Plain)
+        .unwrap();
+    assert_eq!((next.batch_size, next.new_arms), (8, None));
+}
+
+#[test]
+fn concurrent_observations_count_toward_the_arms_but_not_toward_pruning() {
+    let policy = PruningGtsPolicy::new(&[8, 16], 16, 1, 0.0, 0.0, 1, 0).unwrap();
+    let mut p = PruningGts::new(policy, true, Plain);
+    assert_eq!(p.predict(), Ok(16));
+    p.observe(8, 7.0, Some(true)).unwrap(); // a concurrent run: pruning still expects 16
+    assert_eq!(p.expecting(), Some(16));
+    p.observe(16, 5.0, Some(true)).unwrap();
+    assert_eq!(p.predict(), Ok(8));
+    p.observe(8, 9.0, Some(true)).unwrap();
+    p.predict().unwrap();
+    let arms = p.arms().expect("pruning is over");
+    assert_eq!(
+        arms[0].observations, 2,
+        "the concurrent run and the exploration"
+    );
+    assert_eq!(arms[0].mean, -8.0);
+    let mut strict = PruningGts::new(
+        PruningGtsPolicy::new(&[8, 16], 16, 1, 0.0, 0.0, 1, 0).unwrap(),
+        false,
+        Plain,
+    );
+    assert_eq!(
+        strict.observe(8, 7.0, Some(true)),
+        Err(PolicyError::NotExpected {
+            expecting: 16,
+            batch_size: 8
+        })
+    );
 }
 
 proptest! {

@@ -11,8 +11,6 @@ use pyo3::prelude::*;
 use crate::optimizer::recurring::simulator::policy::{BatchSizePolicy, PowerLimitPolicy};
 use crate::optimizer::recurring::simulator::trace::{self, SimError};
 use crate::optimizer::recurring::simulator::{self as sim, HistoryEntry, JobSpec, JobTable, Knobs};
-use crate::optimizer::recurring::{JitPowerLimit, PruningGts};
-use crate::util::numpy_rng::NumpyRng;
 
 fn to_py(e: SimError) -> PyErr {
     match &e {
@@ -292,17 +290,13 @@ impl PySimTable {
         };
         let t = &self.inner;
         py.detach(|| {
-            let mut bso = PruningGts::new(
-                &t.batch_size_list(),
-                t.job.default_bs,
+            t.simulate_zeus_with(
+                knobs,
                 prior_mean,
                 prior_precision,
                 window_size,
-                false,
-                NumpyRng::from_seed(bandit_seed.unwrap_or(seed)),
-            )?;
-            let mut plo = JitPowerLimit::default();
-            t.simulate(&mut bso, &mut plo, knobs)
+                bandit_seed.unwrap_or(seed),
+            )
         })
         .map(rows)
         .map_err(to_py)

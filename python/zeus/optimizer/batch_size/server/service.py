@@ -261,19 +261,17 @@ _UPD_ARM = Statement(
         num_observations=_B("b_n"),
     )
 )
-_SEL_EXPLORATIONS = Statement(
+# The job's record while pruning lasts: every trial that did not fail, oldest first.
+_SEL_RECORD = Statement(
     sa.select(
         trials.c.batch_size,
+        trials.c.type,
         trials.c.status,
         trials.c.converged,
         trials.c.time,
         trials.c.energy,
     )
-    .where(
-        trials.c.job_id == _B("k_job"),
-        trials.c.type == TRIAL_EXPLORATION,
-        trials.c.status != STATUS_FAILED,
-    )
+    .where(trials.c.job_id == _B("k_job"), trials.c.status != STATUS_FAILED)
     .order_by(trials.c.trial_number)
 )
 _HISTORY_QUERY = (
@@ -347,26 +345,20 @@ async def _predict(tx: Tx, job_id: str, request_id: Optional[str]) -> TrialId:
             return TrialId(
                 job_id=job_id, batch_size=done.batch_size, trial_number=done.trial_number
             )
-    updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
+    policy = logic.policy_of(job)
+    rng = logic.load_rng(job.rng_state)
     if job.stage == STAGE_MAB:
-        bs = _mab_predict(job, await _load_arms(tx, job_id), updates)
-        kind = TRIAL_MAB
+        decision = policy.decide(await _load_arms(tx, job_id), {}, {}, 0, rng)
     else:
-        step = logic.next_exploration(
-            json.loads(job.batch_sizes),
-            job.default_batch_size,
-            job.num_pruning_rounds,
-            await _load_explorations(tx, job),
-        )
-        if isinstance(step, logic.ExploreNext):
-            bs, kind = step.batch_size, TRIAL_EXPLORATION
-        elif isinstance(step, logic.WaitForExploration):
-            bs, kind = job.min_cost_batch_size, TRIAL_CONCURRENT
-        else:
-            arm_states = await _construct_mab(tx, job, step.batch_sizes)
-            updates["b_stage"] = STAGE_MAB
-            bs = _mab_predict(job, arm_states, updates)
-            kind = TRIAL_MAB
+        explorations, rewards = await _load_record(tx, job)
+        decision = policy.decide(None, explorations, rewards, job.min_cost_batch_size, rng)
+    updates: dict[str, Any] = {"b_stage": job.stage, "b_rng": job.rng_state}
+    if decision.new_arms is not None:
+        await _insert_arms(tx, job_id, decision.new_arms)
+        updates["b_stage"] = STAGE_MAB
+    if decision.kind == "bandit":
+        updates["b_rng"] = logic.dump_rng(rng)
+    bs, kind = decision.batch_size, _TRIAL_TYPE[decision.kind]
     number = job.next_trial_number
     await _UPD_JOB_PREDICT.run(tx, {"k_job": job_id, "b_next": number + 1, **updates})
     await _INS_TRIAL.run(
@@ -383,54 +375,51 @@ async def _predict(tx: Tx, job_id: str, request_id: Optional[str]) -> TrialId:
     return TrialId(job_id=job_id, batch_size=bs, trial_number=number)
 
 
+# The trial type of each kind of decision.
+_TRIAL_TYPE = {
+    "exploration": TRIAL_EXPLORATION,
+    "concurrent": TRIAL_CONCURRENT,
+    "bandit": TRIAL_MAB,
+}
+
+
 async def _load_arms(tx: Tx, job_id: str) -> list[logic.ArmState]:
     return [logic.ArmState(*r) for r in await _SEL_ARMS.rows(tx, {"k_job": job_id})]
 
 
-async def _load_explorations(tx: Tx, job: Any) -> dict[int, list[logic.Exploration]]:
-    out: dict[int, list[logic.Exploration]] = {}
-    for bs, status, converged, t, e in await _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
+async def _load_record(
+    tx: Tx, job: Any
+) -> tuple[dict[int, list[tuple[bool, bool, float]]], dict[int, list[float]]]:
+    """The job's explorations and the rewards of its finished trials, per batch size."""
+    explorations: dict[int, list[tuple[bool, bool, float]]] = {}
+    rewards: dict[int, list[float]] = {}
+    rows = await _SEL_RECORD.rows(tx, {"k_job": job.job_id})
+    for bs, kind, status, converged, t, e in rows:
         if status == STATUS_DISPATCHED:
-            exp = logic.Exploration(True, False, 0.0)
-        else:
-            exp = logic.Exploration(
-                False, bool(converged), zeus_cost(e, t, job.eta_knob, job.max_power)
-            )
-        out.setdefault(bs, []).append(exp)
-    return out
+            if kind == TRIAL_EXPLORATION:
+                explorations.setdefault(bs, []).append((True, False, 0.0))
+            continue
+        cost = zeus_cost(e, t, job.eta_knob, job.max_power)
+        rewards.setdefault(bs, []).append(-cost)
+        if kind == TRIAL_EXPLORATION:
+            explorations.setdefault(bs, []).append((False, bool(converged), cost))
+    return explorations, rewards
 
 
-async def _construct_mab(tx: Tx, job: Any, good: list[int]) -> list[logic.ArmState]:
-    """Create one arm per surviving batch size, fitted on its explorations' rewards."""
-    rewards: dict[int, list[float]] = {bs: [] for bs in good}
-    for bs, _status, _converged, t, e in await _SEL_EXPLORATIONS.rows(tx, {"k_job": job.job_id}):
-        if bs in rewards:
-            rewards[bs].append(-zeus_cost(e, t, job.eta_knob, job.max_power))
-    states = [
-        logic.fit_arm(bs, job.mab_prior_mean, job.mab_prior_precision, rewards[bs])
-        for bs in sorted(good)
-    ]
-    logic.logger.info("Construct MAB for %s with arms %s", job.job_id, sorted(good))
-    for s in states:
+async def _insert_arms(tx: Tx, job_id: str, new_arms: list[logic.ArmState]) -> None:
+    logic.logger.info("Construct MAB for %s with arms %s", job_id, [a.batch_size for a in new_arms])
+    for a in new_arms:
         await _INS_ARM.run(
             tx,
             {
-                "v_job_id": job.job_id,
-                "v_batch_size": s.batch_size,
-                "v_param_mean": s.param_mean,
-                "v_param_precision": s.param_precision,
-                "v_reward_precision": s.reward_precision,
-                "v_num_observations": s.num_observations,
+                "v_job_id": job_id,
+                "v_batch_size": a.batch_size,
+                "v_param_mean": a.param_mean,
+                "v_param_precision": a.param_precision,
+                "v_reward_precision": a.reward_precision,
+                "v_num_observations": a.num_observations,
             },
         )
-    return states
-
-
-def _mab_predict(job: Any, arm_states: list[logic.ArmState], updates: dict[str, Any]) -> int:
-    rng = logic.load_rng(job.rng_state)
-    bs = logic.thompson_predict(arm_states, job.mab_num_explorations, rng)
-    updates["b_rng"] = logic.dump_rng(rng)
-    return bs
 
 
 async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
@@ -518,10 +507,11 @@ async def _report(tx: Tx, result: TrainingResult) -> ReportResponse:
 async def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     """Refit the arm of the reported batch size on its most recent `window_size` results.
 
-    The window holds the `window_size - 1` latest finished trials of this batch size (any
-    type, converged or not) plus this one; `window_size <= 0` means all of them. A trial of a
-    batch size without an arm (pruned, but started before the bandit existed) changes no arm
-    (the UPDATE matches no row).
+    The policy fits an arm on the last `window_size` rewards of its batch size; only those
+    are read: the `window_size - 1` latest finished trials of this batch size (any type,
+    converged or not) plus this one (`window_size <= 0`: all of them). A trial of a batch size
+    without an arm (pruned, but started before the bandit existed) changes no arm (the UPDATE
+    matches no row).
     """
     params: dict[str, Any] = {"k_job": job.job_id, "bs": result.batch_size}
     if job.window_size > 0:
@@ -531,7 +521,7 @@ async def _refit_arm(tx: Tx, job: Any, result: TrainingResult) -> None:
     history.reverse()
     rewards = [-zeus_cost(e, t, job.eta_knob, job.max_power) for t, e in history]
     rewards.append(-zeus_cost(result.energy, result.time, job.eta_knob, job.max_power))
-    s = logic.fit_arm(result.batch_size, job.mab_prior_mean, job.mab_prior_precision, rewards)
+    s = logic.policy_of(job).fit(result.batch_size, rewards)
     await _UPD_ARM.run(
         tx,
         {

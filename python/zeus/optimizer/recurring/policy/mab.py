@@ -93,8 +93,8 @@ class GaussianTS:
         for arm in self.arms:
             self.fit_arm(arm, r[d == arm], reset)
 
-    def _arm(self, arm: int) -> tuple[int, float, float, float, int]:
-        return (
+    def _arm(self, arm: int) -> _core.Arm:
+        return _core.Arm(
             arm,
             float(self.arm_param_mean[arm]),
             float(self.arm_param_prec[arm]),
@@ -114,17 +114,17 @@ class GaussianTS:
         if arm not in self.arm_param_mean:
             raise ValueError(f"Unknown arm {arm}; arms are {self.arms}")
         values = [float(r) for r in np.asarray(rewards, dtype=float).ravel()]
-        _, mean, prec, _, count = _core.bandit_fit_arm(
+        fitted = _core.bandit_fit_arm(
             self._arm(arm), values, reset, float(self.prior_mean), float(self.prior_prec)
         )
-        self.arm_param_mean[arm] = mean
-        self.arm_param_prec[arm] = prec
-        self.arm_num_observations[arm] = count
+        self.arm_param_mean[arm] = fitted.param_mean
+        self.arm_param_prec[arm] = fitted.param_precision
+        self.arm_num_observations[arm] = fitted.num_observations
 
     def predict(self) -> int:
         """The arm to pull: an unexplored one if any, else the best sampled mean."""
         arms = [self._arm(a) for a in self.arms]
-        if self.verbose and all(n >= self.num_exploration for *_, n in arms):
+        if self.verbose and all(a.num_observations >= self.num_exploration for a in arms):
             print(f"[{self.name}] Sampling mean rewards of arms {self.arms}.")
         choice = _core.thompson_predict(arms, self.num_exploration, self.rng)
         if self.verbose:

@@ -1,7 +1,10 @@
 """The Zeus (NSDI'23) batch-size and power-limit policies, with the reference's interface.
 
 Their decisions come from `zeus._core` (`crates/zeus-core/src/optimizer/recurring/`), which
-the batch-size optimizer server and the trace simulator use too.
+the batch-size optimizer server and the trace simulator use too: `PruningGTSBatchSizeOptimizer`
+keeps one `zeus._core.PruningGts` per job and `JITPowerLimitOptimizer` one
+`zeus._core.JitPowerLimit`; the reference's attributes (`mabs`, `exp_manager`, `best_pl`, ...)
+are read from them.
 """
 
 from __future__ import annotations
@@ -143,6 +146,9 @@ class PruningExploreManager:
         self.batch_sizes = sorted(batch_sizes)
         self.default = default
         self.num_pruning_rounds = num_pruning_rounds
+        self._policy = _core.PruningGtsPolicy(
+            self.batch_sizes, default, pruning_rounds=num_pruning_rounds
+        )
         # (dispatched, converged, cost) of each exploration, per batch size, oldest first.
         self._explorations: dict[int, list[tuple[bool, bool, float]]] = defaultdict(list)
         self._survivors: list[int] = []
@@ -151,11 +157,12 @@ class PruningExploreManager:
         self._advance()
 
     def _advance(self) -> None:
-        kind, value = _core.pruning_next_step(
-            self.batch_sizes, self.default, self.num_pruning_rounds, dict(self._explorations)
-        )
+        try:
+            kind, value = self._policy.next_exploration(dict(self._explorations))
+        except _core.NoConvergedBatchSizeError:
+            # A round without survivors ends exploration with none (the reference's behaviour).
+            kind, value = "done", []
         self.expecting = value if kind == "explore" else 0
-        # A round without survivors ends exploration with none (the reference's behaviour).
         self._survivors = list(value) if kind == "done" else []
 
     def next_batch_size(self) -> int:
@@ -187,6 +194,11 @@ class PruningExploreManager:
 class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
     """The Zeus batch-size optimizer: pruning exploration, then Gaussian Thompson sampling.
 
+    Each job's decisions are made by a `zeus._core.PruningGts` (two pruning rounds, then a
+    bandit that pulls each survivor twice before sampling, each arm fitted on its last
+    `window_size` rewards), the composition the trace simulator and the batch-size optimizer
+    server decide through too.
+
     Args:
         prior_mean: See `GaussianTS`.
         prior_precision: See `GaussianTS`.
@@ -214,14 +226,49 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
         self.concurrency = concurrency
         self.seed = seed
         self.verbose = verbose
-        self.mabs: dict[Job, GaussianTS] = {}
-        self.exp_manager: dict[Job, PruningExploreManager] = {}
         self.history: dict[Job, list[tuple[int, float]]] = {}
+        self._jobs: dict[Job, _core.PruningGts] = {}
 
     @property
     def name(self) -> str:
         """Name of the policy."""
         return "Pruning GaussianTS BSO"
+
+    @property
+    def mabs(self) -> dict[Job, GaussianTS]:
+        """The bandit of each job past pruning, as a `GaussianTS` snapshot (read-only)."""
+        out = {}
+        for job, core in self._jobs.items():
+            arms = core.arms
+            if arms is None:
+                continue
+            ts = GaussianTS(
+                arms=[a.batch_size for a in arms],
+                reward_precision=[a.reward_precision for a in arms],
+                prior_mean=self.prior_mean,
+                prior_precision=self.prior_precision,
+                num_exploration=2,
+                seed=self.seed,
+                verbose=False,
+            )
+            ts.rng = _core.NumpyRng.from_state(core.rng_state)
+            for a in arms:
+                ts.arm_param_mean[a.batch_size] = a.param_mean
+                ts.arm_param_prec[a.batch_size] = a.param_precision
+                ts.arm_num_observations[a.batch_size] = a.num_observations
+            out[job] = ts
+        return out
+
+    @property
+    def exp_manager(self) -> dict[Job, PruningExploreManager]:
+        """Pruning exploration of each job, as a `PruningExploreManager` snapshot (read-only)."""
+        out = {}
+        for job, core in self._jobs.items():
+            manager = PruningExploreManager(core.batch_sizes, core.default_batch_size)
+            manager._explorations.update(core.explorations)
+            manager._advance()
+            out[job] = manager
+        return out
 
     def register_job(self, job: Job, batch_sizes: list[int]) -> None:
         """Start pruning exploration for `job` from its default batch size."""
@@ -229,100 +276,88 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
             raise ValueError(f"Default BS not specified for {job}.")
         if not batch_sizes:
             raise ValueError(f"Batch size list for {job} is empty.")
-        self.exp_manager[job] = PruningExploreManager(sorted(batch_sizes), job.default_bs)
+        policy = _core.PruningGtsPolicy(
+            sorted(batch_sizes),
+            job.default_bs,
+            prior_mean=self.prior_mean,
+            prior_precision=self.prior_precision,
+            window_size=self.window_size,
+        )
+        self._jobs[job] = _core.PruningGts(policy, self.concurrency, self.seed)
         self.history[job] = []
         if self.verbose:
             self._log(f"Registered {job}")
 
-    def predict(self, job: Job) -> int:
-        """Next batch size: from pruning while it lasts, then from the bandit."""
-        if job not in self.exp_manager:
+    def _job(self, job: Job) -> _core.PruningGts:
+        if job not in self._jobs:
             raise ValueError(f"{job} is not registered")
-        try:
-            bs = self.exp_manager[job].next_batch_size()
-            stage = "pruning"
-        except StopIteration as stop:
-            if job not in self.mabs:
-                self._construct_mab(job, list(stop.value))
-            bs = self.mabs[job].predict()
-            stage = "Thompson Sampling"
+        return self._jobs[job]
+
+    def predict(self, job: Job) -> int:
+        """Next batch size: from pruning while it lasts, then from the bandit.
+
+        Raises:
+            ValueError: `job` is not registered, or pruning left no batch size
+                (`zeus._core.NoConvergedBatchSizeError`).
+
+        """
+        core = self._job(job)
+        bs = core.predict()
         if self.verbose:
+            stage = "Thompson Sampling" if core.in_bandit_stage else "pruning"
             self._log(f"{job} in {stage} stage -> BS = {bs}")
         return bs
 
     def observe(
         self, job: Job, batch_size: int, cost: float, converged: bool | None = None
     ) -> None:
-        """Learn the cost of a run."""
-        if job not in self.exp_manager:
-            raise ValueError(f"{job} is not registered")
+        """Learn the cost of a run.
+
+        Raises:
+            ValueError: `job` is not registered, `converged` is missing during pruning, or
+                the bandit has no arm for `batch_size`.
+            RuntimeError: (without `concurrency`) `batch_size` is not the one being explored.
+
+        """
+        core = self._job(job)
         self.history[job].append((batch_size, -cost))
-        if job in self.mabs:
-            rewards = np.array(self._get_history_for_bs(job, batch_size))
-            mab = self.mabs[job]
-            mab.arm_reward_prec[batch_size] = _precision(rewards)
-            mab.fit_arm(batch_size, rewards, reset=True)
-            return
-        if converged is None:
-            raise ValueError("observe needs `converged` during pruning exploration")
-        manager = self.exp_manager[job]
-        if self.concurrency and manager.expecting != batch_size:
-            return
-        manager.report_batch_size_result(batch_size, cost, converged)
-
-    def _get_history_for_bs(self, job: Job, batch_size: int) -> list[float]:
-        """The last `window_size` rewards of `batch_size` (all if 0), oldest first."""
-        rewards = [r for bs, r in self.history[job] if bs == batch_size]
-        if self.window_size > 0:
-            rewards = rewards[-self.window_size :]
-        return rewards
-
-    def _construct_mab(self, job: Job, batch_sizes: list[int]) -> None:
-        if not batch_sizes:
-            raise ValueError(
-                "Empty batch size set when constructing MAB. "
-                "Probably all batch sizes have been pruned."
-            )
-        mab = GaussianTS(
-            arms=batch_sizes,
-            reward_precision=0.0,
-            prior_mean=self.prior_mean,
-            prior_precision=self.prior_precision,
-            num_exploration=2,
-            seed=self.seed,
-            verbose=self.verbose,
-        )
-        for bs in batch_sizes:
-            rewards = np.array(self._get_history_for_bs(job, bs))
-            if rewards.size < 2:
-                raise RuntimeError(f"Number of observations for {bs} is {rewards.size}.")
-            mab.arm_reward_prec[bs] = _precision(rewards)
-            mab.fit_arm(bs, rewards, reset=True)
-        self.mabs[job] = mab
+        core.observe(batch_size, cost, converged)
 
 
 class JITPowerLimitOptimizer(PowerLimitOptimizer):
     """Just-in-time power-limit optimizer: keep the cheapest profiled power limit per batch size.
 
-    On equal cost the first observed power limit is kept.
+    On equal cost the first observed power limit is kept. Each job's choice is a
+    `zeus._core.JitPowerLimit`.
     """
 
     def __init__(self, verbose: bool = True) -> None:
         self.verbose = verbose
-        self.best_pl: defaultdict[Job, dict[int, int]] = defaultdict(dict)
-        self.best_cost: defaultdict[Job, dict[int, float]] = defaultdict(dict)
         self.observe_count: defaultdict[Job, defaultdict[int, int]] = defaultdict(
             lambda: defaultdict(int)
         )
+        self._jobs: defaultdict[Job, _core.JitPowerLimit] = defaultdict(_core.JitPowerLimit)
 
     @property
     def name(self) -> str:
         """Name of the policy."""
         return "JITPSO"
 
+    @property
+    def best_pl(self) -> dict[Job, dict[int, int]]:
+        """The best power limit of each profiled batch size, per job."""
+        return {job: {bs: pl for bs, (pl, _) in c.best.items()} for job, c in self._jobs.items()}
+
+    @property
+    def best_cost(self) -> dict[Job, dict[int, float]]:
+        """The cost of that power limit, per job and batch size."""
+        return {
+            job: {bs: c for bs, (_, c) in core.best.items()} for job, core in self._jobs.items()
+        }
+
     def predict(self, job: Job, batch_size: int) -> int | None:
         """The best known power limit, or None if `batch_size` was never profiled."""
-        pl = self.best_pl[job].get(batch_size)
+        pl = self._jobs[job].predict(batch_size)
         if self.verbose:
             self._log(f"{job} @ {batch_size} -> PL = {'needs profiling' if pl is None else pl}")
         return pl
@@ -330,7 +365,4 @@ class JITPowerLimitOptimizer(PowerLimitOptimizer):
     def observe(self, job: Job, batch_size: int, power_limit: int, cost: float) -> None:
         """Record the epoch cost of `power_limit`."""
         self.observe_count[job][batch_size] += 1
-        prev = self.best_cost[job].get(batch_size)
-        if prev is None or prev > cost:
-            self.best_pl[job][batch_size] = power_limit
-            self.best_cost[job][batch_size] = cost
+        self._jobs[job].observe(batch_size, power_limit, cost)

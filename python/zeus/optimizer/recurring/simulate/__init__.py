@@ -1,14 +1,16 @@
 """Trace-driven simulation of recurring jobs (the Zeus NSDI'23 evaluation).
 
-The traces are parsed once into per-job tables in Rust (`zeus._core.SimTable`). The built-in
-Zeus policy (`PruningGTSBatchSizeOptimizer` + `JITPowerLimitOptimizer`) and the baseline run
-entirely in Rust; any other policy objects are called back from the Rust loop.
+The traces are parsed once into per-job tables in Rust (`zeus._core.SimTable`), and each
+recurrence is simulated by the Rust loop. `simulate` (the CLI) runs the Zeus policy and the
+baseline entirely in Rust; `Simulator` calls the policy objects it is given back from that loop
+(the built-in ones decide through the same Rust policy, `zeus._core.PruningGts` and
+`zeus._core.JitPowerLimit`).
 
 Differences from the reference simulator, on purpose:
 
 - None in the decisions: training paths are drawn and the Zeus policy decides through
   `zeus._core.NumpyRng`, numpy's `default_rng(seed)` draw for draw, so a seed gives the
-  reference's trajectory run for run (fast path and Python policies alike).
+  reference's trajectory run for run.
 - The default batch size is clamped to the largest batch size of the trace (as the reference's
   Alibaba driver does per GPU), and batch sizes without any run at the job's target metric are
   left out (the reference would crash sampling from them).
@@ -26,10 +28,6 @@ from typing import Any, Literal
 from zeus._core import SimTable
 from zeus.optimizer.recurring.job import HistoryEntry, Job
 from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
-from zeus.optimizer.recurring.policy.optimizer import (
-    JITPowerLimitOptimizer,
-    PruningGTSBatchSizeOptimizer,
-)
 from zeus.util.metric import zeus_cost
 
 __all__ = [
@@ -98,7 +96,8 @@ class Simulator:
         batch_size_optimizer: The batch-size policy.
         power_limit_optimizer: The power-limit policy.
         seed: Seed of the training-path sampler (the batch-size optimizer has its own).
-        verbose: Let Python policies print (the Rust fast path is silent).
+        verbose: Kept for the reference's signature; the policy objects' own `verbose`
+            decides what they print.
 
     """
 
@@ -136,20 +135,6 @@ class Simulator:
             )
         return self._tables[job]
 
-    def _fast_path_bso(self) -> PruningGTSBatchSizeOptimizer | None:
-        """The batch size optimizer if the whole policy can run in Rust, else None."""
-        # Exactly the built-in classes (a subclass may change behaviour) in their initial state.
-        bso, plo = self.bso, self.plo
-        if (
-            type(bso) is PruningGTSBatchSizeOptimizer
-            and type(plo) is JITPowerLimitOptimizer
-            and not bso.exp_manager
-            and not bso.concurrency
-            and not plo.best_pl
-        ):
-            return bso
-        return None
-
     def simulate_one_job(
         self, job: Job, num_recurrence: int, beta_knob: float, eta_knob: float
     ) -> list[HistoryEntry]:
@@ -179,18 +164,6 @@ class Simulator:
         if num_recurrence < 1:
             raise ValueError(f"num_recurrence must be at least 1, got {num_recurrence}")
         table = self.table(job)
-        b = self._fast_path_bso()
-        if b is not None:
-            return table.simulate_zeus(
-                self.seed,
-                float(eta_knob),
-                float(beta_knob),
-                int(num_recurrence),
-                float(b.prior_mean),
-                float(b.prior_precision),
-                int(b.window_size),
-                int(b.seed),
-            )
         # Keep the user's objects untouched, as the reference does.
         bso = copy.deepcopy(self.bso)
         plo = copy.deepcopy(self.plo)

@@ -3,7 +3,7 @@
 use super::policy::{BatchSizePolicy, PowerLimitPolicy};
 use super::table::JobTable;
 use super::trace::{SimError, SimResult};
-use crate::optimizer::recurring::{JitPowerLimit, PruningGts};
+use crate::optimizer::recurring::{JitPowerLimit, PruningGts, PruningGtsPolicy};
 use crate::util::metric::zeus_cost;
 use crate::util::numpy_rng::NumpyRng;
 
@@ -258,17 +258,29 @@ impl JobTable {
         Ok(history)
     }
 
-    /// The Zeus policy (pruning + Gaussian TS, JIT power limits), entirely in Rust.
+    /// The Zeus policy (pruning + Gaussian TS, JIT power limits), entirely in Rust, with the
+    /// reference's settings and the bandit seeded like the path sampler.
     pub fn simulate_zeus(&self, knobs: Knobs) -> SimResult<Vec<HistoryEntry>> {
-        let mut bso = PruningGts::new(
+        self.simulate_zeus_with(knobs, 0.0, 0.0, 0, knobs.seed)
+    }
+
+    /// The Zeus policy with the bandit's prior, reward window and seed given.
+    pub fn simulate_zeus_with(
+        &self,
+        knobs: Knobs,
+        prior_mean: f64,
+        prior_precision: f64,
+        window_size: usize,
+        bandit_seed: u64,
+    ) -> SimResult<Vec<HistoryEntry>> {
+        let policy = PruningGtsPolicy::reference(
             &self.batch_size_list(),
             self.job.default_bs,
-            0.0,
-            0.0,
-            0,
-            false,
-            NumpyRng::from_seed(knobs.seed),
+            prior_mean,
+            prior_precision,
+            window_size,
         )?;
+        let mut bso = PruningGts::new(policy, false, NumpyRng::from_seed(bandit_seed));
         let mut plo = JitPowerLimit::default();
         self.simulate(&mut bso, &mut plo, knobs)
     }
