@@ -322,3 +322,46 @@ def test_an_arm_is_fitted_on_its_last_window_size_rewards(rewards: list[float], 
     kept = rewards[-w:] if w > 0 else rewards
     assert policy.fit(8, rewards) == fit_arm(8, 0.0, 0.0, kept)
     assert policy.fit(8, rewards).num_observations == len(kept)
+
+
+def test_a_stored_state_is_read_as_json_loads_reads_it_and_bad_fields_are_named() -> None:
+    good = new_rng_state(7)
+    # Whitespace, key order, escapes and extra keys are free, as for numpy's own setter.
+    fields = json.loads(good)
+    flag = "true" if fields["has_uint32"] else "false"
+    lcg = fields["state"]
+    odd = (
+        f'\n{{ "uinteger" :{fields["uinteger"]},"extra":[1.5e3,null],"has_uint32":{flag},'
+        f'"state":{{"inc":{lcg["inc"]},"state":{lcg["state"]}}},'
+        '"bit_generator":"PCG\\u0036\\u0034"}\t'
+    )
+    assert dump_rng(load_rng(odd)) == good
+    # 128-bit integers survive whole.
+    top = json.dumps({**fields, "state": {"state": 2**128 - 1, "inc": 3}})
+    assert json.loads(dump_rng(load_rng(top)))["state"]["state"] == 2**128 - 1
+
+    def error_of(text: str) -> str:
+        with pytest.raises(ValueError) as e:
+            load_rng(text)
+        return str(e.value)
+
+    def edited(path: tuple[str, ...], value: object) -> str:
+        state = json.loads(good)
+        node = state
+        for key in path[:-1]:
+            node = node[key]
+        if value is KeyError:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+        return json.dumps(state)
+
+    assert "not valid JSON" in error_of(good + " x")
+    assert "`bit_generator`" in error_of(edited(("bit_generator",), "MT19937"))
+    assert "lacks the field `state.inc`" in error_of(edited(("state", "inc"), KeyError))
+    assert "`state.state`" in error_of(edited(("state", "state"), -3))
+    assert "`state.state`" in error_of(edited(("state", "state"), 2**128))
+    assert "`state.state`" in error_of(edited(("state", "state"), 1.5))
+    assert "`has_uint32`" in error_of(edited(("has_uint32",), 2))
+    assert "`uinteger`" in error_of(edited(("uinteger",), 2**32))
+    assert "`uinteger`" in error_of(edited(("uinteger",), None))

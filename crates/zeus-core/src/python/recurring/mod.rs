@@ -15,7 +15,7 @@ use crate::optimizer::recurring::{
     self as policy, Arm, Decision, Exploration, ExploreStep, JitPowerLimit, PolicyError,
     PruningGts, PruningGtsPolicy, StopRule, TrialKind,
 };
-use crate::util::numpy_rng::NumpyRng;
+use crate::util::numpy_rng::{NumpyRng, Pcg64State};
 
 pyo3::create_exception!(
     zeus._core,
@@ -35,10 +35,37 @@ fn policy_err(e: PolicyError) -> PyErr {
 }
 
 /// numpy's `default_rng` (PCG64 seeded through SeedSequence), draw for draw, with its state
-/// in numpy's JSON form (`json.dumps(rng.bit_generator.state)`).
+/// as numpy's `rng.bit_generator.state` dict (whose `json.dumps` is what the server stores).
 #[pyclass(name = "NumpyRng", module = "zeus._core")]
 pub(crate) struct PyNumpyRng {
     inner: NumpyRng,
+}
+
+/// The member `key` of a state dict, named `field` in errors.
+fn state_member<'py>(
+    dict: &Bound<'py, PyAny>,
+    key: &str,
+    field: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dict = dict.cast::<PyDict>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "generator state field `{field}`'s parent is not a dict"
+        ))
+    })?;
+    dict.get_item(key)?
+        .ok_or_else(|| PyValueError::new_err(format!("generator state lacks the field `{field}`")))
+}
+
+/// An integer member of a state dict in `0..=max`.
+fn state_uint(dict: &Bound<'_, PyAny>, key: &str, field: &str, max: u128) -> PyResult<u128> {
+    let value = state_member(dict, key, field)?;
+    let n: Option<u128> = value.extract().ok();
+    n.filter(|&n| n <= max).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "generator state field `{field}` is invalid: expected an integer in 0..={max}, \
+             found {value}"
+        ))
+    })
 }
 
 #[pymethods]
@@ -53,18 +80,45 @@ impl PyNumpyRng {
         }
     }
 
-    /// A generator in the state numpy's JSON describes.
+    /// The generator in the state numpy's `bit_generator.state` dict describes; as numpy's
+    /// setter, `bit_generator` must be `"PCG64"` and other keys are ignored. Errors name the
+    /// field (`state.inc`, ...).
     #[staticmethod]
-    fn from_state(state: &str) -> PyResult<Self> {
-        let inner =
-            NumpyRng::from_state_json(state).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        Ok(PyNumpyRng { inner })
+    fn from_state(state: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let name = state_member(state, "bit_generator", "bit_generator")?;
+        if name.extract::<String>().ok().as_deref() != Some("PCG64") {
+            return Err(PyValueError::new_err(format!(
+                "generator state field `bit_generator` is invalid: expected \"PCG64\", found \
+                 {name}"
+            )));
+        }
+        let lcg = state_member(state, "state", "state")?;
+        let pcg = Pcg64State {
+            state: state_uint(&lcg, "state", "state.state", u128::MAX)?,
+            inc: state_uint(&lcg, "inc", "state.inc", u128::MAX)?,
+            has_uint32: state_uint(state, "has_uint32", "has_uint32", 1)? == 1,
+            // Lossless: bounded by u32::MAX.
+            uinteger: state_uint(state, "uinteger", "uinteger", u32::MAX.into())? as u32,
+        };
+        Ok(PyNumpyRng {
+            inner: NumpyRng::from_state(pcg),
+        })
     }
 
-    /// The state as numpy's JSON.
+    /// numpy's `rng.bit_generator.state`: `{"bit_generator": "PCG64", "state": {"state": ...,
+    /// "inc": ...}, "has_uint32": 0 or 1, "uinteger": ...}`.
     #[getter]
-    fn state(&self) -> String {
-        self.inner.to_state_json()
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.state();
+        let lcg = PyDict::new(py);
+        lcg.set_item("state", s.state)?;
+        lcg.set_item("inc", s.inc)?;
+        let out = PyDict::new(py);
+        out.set_item("bit_generator", "PCG64")?;
+        out.set_item("state", lcg)?;
+        out.set_item("has_uint32", u8::from(s.has_uint32))?;
+        out.set_item("uinteger", s.uinteger)?;
+        Ok(out)
     }
 
     /// `rng.choice(arange(n), n, replace=False)`.
@@ -415,10 +469,12 @@ impl PyPruningGts {
         Ok(out)
     }
 
-    /// The bandit generator's state, as numpy's JSON.
+    /// A copy of the bandit's generator, in its current state.
     #[getter]
-    fn rng_state(&self) -> String {
-        self.inner.rng().to_state_json()
+    fn rng(&self) -> PyNumpyRng {
+        PyNumpyRng {
+            inner: self.inner.rng().clone(),
+        }
     }
 
     fn __copy__(&self) -> Self {

@@ -46,17 +46,26 @@ ArmState = _core.Arm
 
 def new_rng_state(seed: int | None) -> str:
     """Numpy's JSON state of a fresh `default_rng(seed)` (from the OS when `seed` is None)."""
-    return _core.NumpyRng(seed).state
+    return dump_rng(_core.NumpyRng(seed))
 
 
 def load_rng(state: str) -> _core.NumpyRng:
-    """The generator in the state numpy's JSON describes."""
-    return _core.NumpyRng.from_state(state)
+    """The generator in the state numpy's JSON describes (`json.dumps(bit_generator.state)`).
+
+    Raises:
+        ValueError: not JSON, or a field numpy would refuse (the message names it).
+
+    """
+    try:
+        fields = json.loads(state)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"generator state is not valid JSON: {e}") from None
+    return _core.NumpyRng.from_state(fields)
 
 
 def dump_rng(rng: _core.NumpyRng) -> str:
-    """The generator's state as numpy's JSON."""
-    return rng.state
+    """The generator's state as numpy's JSON, byte for byte what numpy's would be."""
+    return json.dumps(rng.state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -251,7 +251,7 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
                 seed=self.seed,
                 verbose=False,
             )
-            ts.rng = _core.NumpyRng.from_state(core.rng_state)
+            ts.rng = core.rng
             for a in arms:
                 ts.arm_param_mean[a.batch_size] = a.param_mean
                 ts.arm_param_prec[a.batch_size] = a.param_precision
