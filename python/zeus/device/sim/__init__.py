@@ -24,6 +24,10 @@ from typing import Iterable, Sequence
 
 from zeus import _core
 
+# Each call asks for the process's current cluster: `reset()` may have rebuilt it.
+_cluster = _core.SimCluster.current
+_cpus = _core.SimCpus.current
+
 __all__ = [
     "advance",
     "cpu_count",
@@ -55,42 +59,42 @@ __all__ = [
 
 def device_count() -> int:
     """Number of simulated GPUs."""
-    return _core.sim_device_count()
+    return len(_cluster())
 
 
 def presets() -> list[str]:
     """Model of each simulated GPU, e.g. `["A40", "V100"]`."""
-    return _core.sim_presets()
+    return _cluster().presets
 
 
 def known_presets() -> list[str]:
     """Every model the simulator knows."""
-    return _core.sim_known_presets()
+    return _core.SimCluster.known_presets()
 
 
 def now() -> float:
     """Simulator time in seconds since the epoch."""
-    return _core.sim_now()
+    return _cluster().now()
 
 
 def is_virtual_clock() -> bool:
     """Whether the simulator runs on a virtual clock."""
-    return _core.sim_is_virtual_clock()
+    return _cluster().is_virtual_clock
 
 
 def advance(seconds: float) -> None:
     """Move the virtual clock forward (`RuntimeError` on the real clock)."""
-    _core.sim_advance(seconds)
+    _cluster().advance(seconds)
 
 
 def set_busy(index: int = 0, busy: bool = True) -> None:
     """Mark simulated GPU `index` busy (drawing the workload's power) or idle."""
-    _core.sim_set_busy(index, busy)
+    _cluster().gpu(index).set_busy(busy)
 
 
 def is_busy(index: int = 0) -> bool:
     """Whether simulated GPU `index` is busy now."""
-    return _core.sim_is_busy(index)
+    return _cluster().gpu(index).is_busy
 
 
 def run(work: float = 1.0, gpu_indices: Iterable[int] | None = None, wait: bool = True) -> float:
@@ -104,9 +108,10 @@ def run(work: float = 1.0, gpu_indices: Iterable[int] | None = None, wait: bool 
         The duration in seconds.
 
     """
-    indices = list(range(device_count())) if gpu_indices is None else list(gpu_indices)
-    seconds = _core.sim_run(indices, work)
-    if wait and not is_virtual_clock():
+    cluster = _cluster()
+    indices = list(range(len(cluster))) if gpu_indices is None else list(gpu_indices)
+    seconds = cluster.run(indices, work)
+    if wait and not cluster.is_virtual_clock:
         time.sleep(seconds)
     return seconds
 
@@ -124,30 +129,30 @@ def set_workload(
 
     """
     if isinstance(curve, (str, os.PathLike)):
-        _core.sim_set_workload_csv(index, os.fspath(curve))
+        _cluster().gpu(index).set_workload_csv(os.fspath(curve))
     else:
         points = [(float(pl), float(t), float(w)) for pl, t, w in curve]
-        _core.sim_set_workload_points(index, points)
+        _cluster().gpu(index).set_workload_points(points)
 
 
 def workload_points(index: int = 0) -> list[tuple[float, float, float]]:
     """GPU `index`'s workload curve as `(power_limit, time_per_epoch, average_power)` points."""
-    return _core.sim_workload_points(index)
+    return _cluster().gpu(index).workload_points()
 
 
 def steady_state(index: int = 0) -> tuple[float, float]:
     """`(seconds per unit of work, watts)` when busy at GPU `index`'s current settings."""
-    return _core.sim_steady_state(index)
+    return _cluster().gpu(index).steady_state()
 
 
 def true_energy(index: int = 0) -> float:
     """The model's exact energy so far in joules (ground truth, unrounded)."""
-    return _core.sim_true_energy(index)
+    return _cluster().gpu(index).true_energy()
 
 
 def true_power(index: int = 0) -> float:
     """The model's power now in watts, without reading noise."""
-    return _core.sim_true_power(index)
+    return _cluster().gpu(index).true_power()
 
 
 def inject_fault(
@@ -171,22 +176,22 @@ def inject_fault(
         ValueError: An unknown call or error name, or a negative time.
 
     """
-    _core.sim_inject_fault(index, calls, seconds, after, error)
+    _cluster().gpu(index).inject_fault(calls, seconds, after, error)
 
 
 def reset_counter(index: int = 0) -> None:
     """Reset GPU `index`'s energy counter to 0 now, as a driver reload does."""
-    _core.sim_reset_counter(index)
+    _cluster().gpu(index).reset_counter()
 
 
 def freeze_counter(index: int = 0) -> None:
     """Stop GPU `index`'s energy counter where it stands (a board whose counter froze)."""
-    _core.sim_freeze_counter(index)
+    _cluster().gpu(index).freeze_counter()
 
 
 def cpu_count() -> int:
     """Number of simulated CPU packages (`ZEUS_SIM_CPUS=N`; `RuntimeError` without it)."""
-    return _core.sim_cpu_count()
+    return len(_cpus())
 
 
 def cpu_true_energy(index: int = 0) -> tuple[float, float]:
@@ -195,7 +200,7 @@ def cpu_true_energy(index: int = 0) -> tuple[float, float]:
     This is the model's integral, unwrapped and on the counters' scale (each `energy_uj` file
     holds it in µJ modulo the wrap range), so window energies compare against its differences.
     """
-    return _core.sim_cpu_true_energy(index)
+    return _cpus().true_energy(index)
 
 
 def cpu_published_energy(index: int = 0) -> tuple[float, float]:
@@ -206,12 +211,12 @@ def cpu_published_energy(index: int = 0) -> tuple[float, float]:
     so). A counter read made after this call shows at least this energy and at most what
     `cpu_true_energy()` gives after the read, so the two bracket what the read saw.
     """
-    return _core.sim_cpu_published_energy(index)
+    return _cpus().published_energy(index)
 
 
 def cpu_true_power(index: int = 0) -> tuple[float, float]:
     """Model power (W) of simulated package `index` and of its DRAM, now."""
-    return _core.sim_cpu_true_power(index)
+    return _cpus().true_power(index)
 
 
 def cpu_model_energy(index: int, unix_time: float) -> tuple[float, float]:
@@ -221,7 +226,7 @@ def cpu_model_energy(index: int, unix_time: float) -> tuple[float, float]:
     true energy of that stretch in any process simulating CPUs (an exporter, say), and this
     needs no simulator here: compare it with rates that Prometheus computed from the exporter.
     """
-    return _core.sim_cpu_model_energy(index, unix_time)
+    return _core.SimCpus.model_energy(index, unix_time)
 
 
 def rapl_tree() -> tuple[Path, int]:
@@ -229,7 +234,7 @@ def rapl_tree() -> tuple[Path, int]:
 
     The range is `ZEUS_SIM_RAPL_MAX_UJ`; DRAM zones wrap at an eighth of it.
     """
-    root, range_uj = _core.sim_rapl_tree()
+    root, range_uj = _cpus().rapl_tree
     return Path(root), range_uj
 
 
@@ -237,7 +242,7 @@ def reset() -> None:
     """Rebuild the simulated GPUs from the environment on next use (and forget `get_gpus()`)."""
     from zeus.device.gpu import reset_gpus
 
-    _core.sim_reset()
+    _core.SimCluster.reset()
     reset_gpus()
 
 
