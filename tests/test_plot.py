@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import subprocess
@@ -130,6 +131,20 @@ def test_each_format_plots_one_line_per_gpu(logs, kind, tmp_path, sim_gpus):
     assert len(lines) == 2
     labels = [ln.get_label() for ln in lines]
     assert labels == ["GPU0 (NVIDIA H100 80GB HBM3 (Simulated))", "GPU1 (NVIDIA A40 (Simulated))"]
+
+
+def test_both_power_loggers_write_one_schema(logs):
+    """`zeus-monitor` and `python -m zeus.monitor power` write the same header and keys."""
+    headers = {
+        k: logs[k].read_text().splitlines()[0] for k in ("zeus-monitor csv", "monitor power csv")
+    }
+    assert set(headers.values()) == {"Time,Power0,Power1"}
+    for kind in ("zeus-monitor jsonl", "monitor power json"):
+        row = json.loads(logs[kind].read_text().splitlines()[0])
+        assert set(row) == {"time", "unix_time", "power_mw"}, kind
+        assert set(row["power_mw"]) == {"0", "1"} and all(
+            isinstance(mw, int) for mw in row["power_mw"].values()
+        )
 
 
 def test_the_command_line_plots_several_files(logs, tmp_path):

@@ -27,6 +27,7 @@ __all__ = [
     "zeus_cost",
     "infer_counter_update_period",
     "stop_sampler",
+    "PowerLog",
     "Measurement",
     "Provenance",
     "PowerMonitor",
@@ -238,6 +239,13 @@ class Measurement:
             dict[int, Provenance],
         ],
     ]: ...
+
+@final
+class PowerLog:
+    def __new__(cls, format: str, gpu_indices: list[int], energy: bool = False) -> Self: ...
+    @property
+    def header(self) -> str | None: ...
+    def row(self, unix_time: float, power_mw: list[int], energy_mj: list[int] = ...) -> str: ...
 
 @disjoint_base
 class PowerMonitor:

@@ -170,8 +170,8 @@ def _gpu_of(column: str, prefix: str, suffix: str) -> int | None:
 def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
     """Read any power log zeus writes, by its content.
 
-    - `zeus-monitor` CSV (`Time,Power` or `Time,Power0,Power1,...`, mW) and JSON lines;
-    - `python -m zeus.monitor power --format csv|json` (`time,gpu0_w,...`; `{"time", "power_w"}`);
+    - the power log of `zeus-monitor` and `python -m zeus.monitor power`: CSV (`Time,Power` or
+      `Time,Power0,Power1,...`, mW) and JSON lines (`{"time", "unix_time", "power_mw"}`);
     - a `PowerMonitor` timeline dump: `json.dump(pm.get_all_power_timelines(), f)` (its first
       domain is plotted) or `json.dump(pm.get_power_timeline(), f)`;
     - a `ZeusMonitor` log file (`start_time,window_name,elapsed_time,gpu0_energy,...`), as the
@@ -203,15 +203,11 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
             if not line.strip():
                 continue
             row = json.loads(line)
-            if "power_mw" in row:  # zeus-monitor --format jsonl
-                t, scale, values = row["unix_time"], 1000.0, row["power_mw"]
-            elif "power_w" in row:  # python -m zeus.monitor power --format json
-                t, scale, values = row["time"], 1.0, row["power_w"]
-            else:
+            if "power_mw" not in row:
                 raise ValueError(f"{name!r}: a JSON line without power: {line.strip()[:80]}")
-            series.times.append(float(t))
-            for gpu, v in values.items():
-                series.watts.setdefault(int(gpu), []).append(float(v) / scale)
+            series.times.append(float(row["unix_time"]))
+            for gpu, mw in row["power_mw"].items():
+                series.watts.setdefault(int(gpu), []).append(float(mw) / 1000.0)
         return series
     rows = list(csv.reader([first, *rest.splitlines()]))
     header = [h.strip() for h in rows[0]]
@@ -233,7 +229,7 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
                 w = float(r[k]) / elapsed
                 series.watts.setdefault(gpu, []).extend([w, w])
         return series
-    if header and header[0] == "Time":  # zeus-monitor CSV, mW
+    if header and header[0] == "Time":  # the power log's CSV, mW
         power_columns = [
             (k, _gpu_of(h, "Power", "")) for k, h in enumerate(header) if h.startswith("Power")
         ]
@@ -241,14 +237,9 @@ def read_power_log(path: str | os.PathLike[str]) -> PowerSeries:
         for k, gpu in power_columns:
             series.watts[gpu] = [float(r[k]) / 1000.0 for r in body]
         return series
-    if header and header[0] == "time":  # python -m zeus.monitor power --format csv, W
-        series = PowerSeries(times=[float(r[0]) for r in body])
-        for k, h in enumerate(header[1:], start=1):
-            series.watts[_gpu_of(h, "gpu", "_w")] = [float(r[k]) for r in body]
-        return series
     raise ValueError(
         f"{name!r} is not a power log zeus writes (header {header[:4]}); expected a zeus-monitor "
-        "CSV or JSON lines, python -m zeus.monitor power output, or a ZeusMonitor log file"
+        "or python -m zeus.monitor power CSV or JSON lines, or a ZeusMonitor log file"
     )
 
 

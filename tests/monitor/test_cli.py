@@ -27,6 +27,10 @@ def sim_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# A power log's time column: UTC to the nanosecond.
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{9}"
+
+
 @pytest.mark.parametrize("mode", ["power", "energy"])
 def test_python_cli_prints_summary_on_sigint(mode: str):
     args = [sys.executable, "-m", "zeus.monitor", mode, "--gpu-indices", "1", "0"]
@@ -43,7 +47,8 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
         preexec_fn=default_sigint,
     )
     if mode == "power":
-        assert proc.stdout.readline().strip() == "time,gpu1_w,gpu0_w"
+        # zeus-monitor's power log: UTC time, mW, columns in the order asked.
+        assert proc.stdout.readline().strip() == "Time,Power1,Power0"
     else:
         assert "Ctrl-C to stop" in proc.stderr.readline()
     time.sleep(0.5)
@@ -53,9 +58,9 @@ def test_python_cli_prints_summary_on_sigint(mode: str):
     if mode == "power":
         rows = [r.split(",") for r in out.strip().splitlines()]
         assert len(rows) > 10 and all(len(r) == 3 for r in rows), out
-        times = [float(r[0]) for r in rows]
-        assert times == sorted(times)
-        assert all(float(r[2]) == pytest.approx(30.0, rel=0.05) for r in rows)  # idle A40
+        times = [r[0] for r in rows]
+        assert times == sorted(times) and all(re.fullmatch(TIME, t) for t in times), times
+        assert all(int(r[2]) == pytest.approx(30_000, rel=0.05) for r in rows)  # idle A40, mW
         energy = re.search(r"Total energy \(J\): \{'GPU1': ([\d.]+), 'GPU0': ([\d.]+)\}", err)
         assert energy, err
         seconds = float(re.search(r"Total time \(s\): ([\d.]+)", err).group(1))

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::{log_prefix, open_gpus, timefmt};
+use crate::{log_prefix, open_gpus};
+use zeus_core::monitor::power_log::{split_seconds, PowerLog, PowerLogFormat};
 
 use clap::{Parser, ValueEnum};
 use zeus_core::device::settings::{restore_stale, Journal};
@@ -96,98 +97,38 @@ fn sleep_until(deadline: Instant) {
     }
 }
 
-/// Timestamp of a sample: the backend clock (virtual under the simulator's virtual clock),
-/// with nanoseconds from the system clock when the backend clock is the wall clock.
-fn stamp(gpus: &Gpus) -> (f64, String) {
+/// Timestamp of a sample, UNIX seconds and nanoseconds: the backend clock (virtual under the
+/// simulator's virtual clock), with nanoseconds from the system clock when the backend clock is
+/// the wall clock.
+fn stamp(gpus: &Gpus) -> (i64, u32) {
     if gpus.clock().is_virtual() {
-        let t = gpus.now();
-        let secs = t.floor();
-        let nanos = ((t - secs) * 1e9).round().min(999_999_999.0) as u32;
-        (t, timefmt::format_utc(secs as i64, nanos))
+        split_seconds(gpus.now())
     } else {
         let d = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        (
-            d.as_secs_f64(),
-            timefmt::format_utc(d.as_secs() as i64, d.subsec_nanos()),
-        )
+        (d.as_secs() as i64, d.subsec_nanos())
     }
 }
 
+/// The log file, its rows in the one power-log schema (`zeus_core::monitor::power_log`).
 struct Writer {
     out: Box<dyn Write>,
-    format: Format,
-    indices: Vec<usize>,
-    energy: bool,
+    log: PowerLog,
     line: String,
 }
 
 impl Writer {
     fn header(&mut self) -> io::Result<()> {
-        if self.format != Format::Csv {
-            return Ok(());
+        if let Some(h) = self.log.header() {
+            self.out.write_all(h.as_bytes())?;
+            self.out.write_all(b"\n")?;
         }
-        let single = self.indices.len() == 1;
-        let mut h = String::from("Time");
-        for i in &self.indices {
-            if single {
-                h.push_str(",Power");
-            } else {
-                h.push_str(&format!(",Power{i}"));
-            }
-        }
-        if self.energy {
-            for i in &self.indices {
-                if single {
-                    h.push_str(",Energy");
-                } else {
-                    h.push_str(&format!(",Energy{i}"));
-                }
-            }
-        }
-        h.push('\n');
-        self.out.write_all(h.as_bytes())?;
         self.out.flush()
     }
 
-    fn row(&mut self, unix: f64, time: &str, power: &[u32], energy: &[u64]) -> io::Result<()> {
-        use std::fmt::Write as _;
-        self.line.clear();
-        match self.format {
-            Format::Csv => {
-                self.line.push_str(time);
-                for p in power {
-                    let _ = write!(self.line, ",{p}");
-                }
-                for e in energy {
-                    let _ = write!(self.line, ",{e}");
-                }
-            }
-            Format::Jsonl => {
-                let mut obj = serde_json::Map::new();
-                obj.insert("time".into(), time.into());
-                obj.insert("unix_time".into(), unix.into());
-                let p: serde_json::Map<String, serde_json::Value> = self
-                    .indices
-                    .iter()
-                    .zip(power)
-                    .map(|(i, p)| (i.to_string(), (*p).into()))
-                    .collect();
-                obj.insert("power_mw".into(), p.into());
-                if self.energy {
-                    let e: serde_json::Map<String, serde_json::Value> = self
-                        .indices
-                        .iter()
-                        .zip(energy)
-                        .map(|(i, e)| (i.to_string(), (*e).into()))
-                        .collect();
-                    obj.insert("energy_mj".into(), e.into());
-                }
-                self.line
-                    .push_str(&serde_json::Value::Object(obj).to_string());
-            }
-        }
+    fn row(&mut self, at: (i64, u32), power: &[u32], energy: &[u64]) -> io::Result<()> {
+        self.log.write_row(&mut self.line, at, power, energy);
         self.line.push('\n');
         self.out.write_all(self.line.as_bytes())?;
         // Flushed per row: a kill between rows loses nothing already sampled.
@@ -352,11 +293,13 @@ pub fn main() -> ExitCode {
             }
         }
     };
+    let format = match args.format {
+        Format::Csv => PowerLogFormat::Csv,
+        Format::Jsonl => PowerLogFormat::Jsonl,
+    };
     let mut w = Writer {
         out,
-        format: args.format,
-        indices: indices.clone(),
-        energy: args.energy,
+        log: PowerLog::new(format, indices.clone(), args.energy),
         line: String::new(),
     };
     install_signal_handlers();
@@ -381,8 +324,9 @@ pub fn main() -> ExitCode {
             status = ExitCode::from(1);
             break;
         }
-        let (unix, time) = stamp(&gpus);
-        if let Err(e) = w.row(unix, &time, &power, &energy) {
+        let at = stamp(&gpus);
+        let unix = at.0 as f64 + f64::from(at.1) / 1e9;
+        if let Err(e) = w.row(at, &power, &energy) {
             if e.kind() != io::ErrorKind::BrokenPipe {
                 eprintln!("{}ERROR: writing {}: {e}", log_prefix(), logfile);
                 status = ExitCode::from(1);

@@ -36,7 +36,6 @@
 mod logger;
 mod metrics;
 mod serve;
-mod timefmt;
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,7 +45,7 @@ pub(crate) fn log_prefix() -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let full = timefmt::format_utc(now.as_secs() as i64, now.subsec_nanos());
+    let full = zeus_core::monitor::power_log::format_utc(now.as_secs() as i64, now.subsec_nanos());
     format!("{} [ZeusMonitor] ", &full[..19])
 }
 

@@ -7,9 +7,11 @@
 
 `--format table` (default) is for people: a live view on a terminal and a table at the end.
 `--format csv` and `--format json` are for programs: `energy` prints one row (CSV with a header)
-or one JSON object; `power` streams one row or JSON line per sample as it is taken, and so does
-`table` when stdout is not a terminal (piped rows, not a live view). Status lines and the closing
-summary of a stream go to stderr. Ctrl-C, SIGTERM or `--duration` end the run.
+or one JSON object; `power` streams one row or JSON line per sample as it is taken (the
+power-log schema of `zeus-monitor`: `Time,Power0,...` in mW, or `{"time", "unix_time",
+"power_mw"}`), and so does `table` when stdout is not a terminal (piped rows, not a live view).
+Status lines and the closing summary of a stream go to stderr. Ctrl-C, SIGTERM or `--duration`
+end the run.
 
 - `stream`: live power of whole nodes from their zeusd daemons (`PowerStreamingClient`), one
   server per argument (`host[:port]` over TCP, or the path of a Unix socket): a live table on a
@@ -284,13 +286,19 @@ def _table(title: str, rows: dict[str, str]) -> Table:
 
 
 class _Rows:
-    """Streams new samples of a `PowerMonitor` as CSV rows or JSON lines."""
+    """Streams new samples of a `PowerMonitor` into `out`, in `zeus-monitor`'s power log.
+
+    The schema is `zeus._core.PowerLog`'s: CSV, or JSON lines with `fmt="json"`.
+    """
 
     def __init__(self, out: TextIO, fmt: str, indices: list[int]) -> None:
-        self.out, self.fmt, self.indices = out, fmt, indices
+        from zeus import _core
+
+        self.out, self.indices = out, indices
+        self.log = _core.PowerLog("jsonl" if fmt == "json" else "csv", indices)
         self.last = float("-inf")
-        if fmt != "json":
-            print(",".join(["time", *(f"gpu{i}_w" for i in indices)]), file=out, flush=True)
+        if self.log.header is not None:
+            print(self.log.header, file=out, flush=True)
 
     def emit(self, pm: object) -> None:
         timelines = pm.get_power_timeline(start_time=self.last)  # type: ignore[attr-defined]
@@ -299,12 +307,8 @@ class _Rows:
             t = columns[0][k][0]
             if t <= self.last:
                 continue
-            watts = [c[k][1] for c in columns]
-            if self.fmt == "json":
-                row = {"time": t, "power_w": {str(i): w for i, w in zip(self.indices, watts)}}
-                print(json.dumps(row), file=self.out)
-            else:
-                print(",".join([repr(t), *(repr(w) for w in watts)]), file=self.out)
+            milliwatts = [round(c[k][1] * 1000) for c in columns]
+            print(self.log.row(t, milliwatts), file=self.out)
             self.last = t
         self.out.flush()
 

@@ -6,6 +6,7 @@
 //! - [`power`]: [`PowerMonitor`], a background thread that samples power into a bounded
 //!   [`Timeline`](timeline::Timeline), and counter update-period detection.
 //! - [`counter`]: modular arithmetic on energy counters and the CSV float format.
+//! - [`power_log`]: the one power-log schema (CSV and JSON lines) of both power loggers.
 //!
 //! Every timestamp comes from the backend clock ([`Gpus::now`](crate::device::Gpus::now)), so
 //! the simulator's virtual clock drives measurements deterministically.
@@ -14,6 +15,7 @@ pub mod counter;
 pub mod energy;
 pub mod error;
 pub mod power;
+pub mod power_log;
 pub mod provenance;
 pub mod sampler;
 pub mod stop;

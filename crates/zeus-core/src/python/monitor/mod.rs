@@ -1334,7 +1334,10 @@ fn stop_sampler(py: Python<'_>) {
     py.detach(crate::monitor::sampler::Sampler::stop_current);
 }
 
+mod power_log;
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    power_log::register(m)?;
     m.add_function(wrap_pyfunction!(infer_counter_update_period, m)?)?;
     m.add_function(wrap_pyfunction!(stop_sampler, m)?)?;
     m.add_class::<PyMeasurement>()?;
