@@ -1,10 +1,13 @@
 """Power-limit optimization on the simulated GPU: profile, choose, and count the energy saved.
 
 A toy training loop (each step does a fixed amount of work on the simulated A40, on a virtual
-clock, so this runs in a second) is driven by `GlobalPowerLimitOptimizer`. The optimizer scans
+clock, so this runs in seconds) is driven by `GlobalPowerLimitOptimizer`. The optimizer scans
 the power limits from 300 W down to 100 W, measures each, and settles on the one with the least
 Zeus cost. The workload curve is the Zeus trace's ImageNet/ResNet-50 (batch 256) on an A40 when
-the trace is available (`--trace`), else the simulator's default curve.
+the trace is available (`--trace`), else the simulator's default curve. Whatever the curve, a
+step lasts a quarter of a (virtual) second at the maximum limit, as a real training step might:
+a profiling window of 20 steps then spans many updates of the GPU's energy counter (every 0.1 s),
+which is what a window needs to measure energy at all.
 
 Run:
     python examples/power_limit_demo.py [--trace /path/to/summary_power_a40.csv] [--eta 0.5]
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import sys
 import tempfile
 
 # Opt in to the simulated GPU on a virtual clock before zeus opens any GPU.
@@ -29,7 +33,7 @@ from zeus.monitor import ZeusMonitor
 from zeus.optimizer import GlobalPowerLimitOptimizer
 from zeus.optimizer.power_limit import Done, ZeusCost
 
-WORK_PER_STEP = 1e-4  # fraction of one trace epoch per training step
+STEP_SECONDS = 0.25  # how long one training step takes at the maximum power limit
 
 
 def load_curve(path: str) -> list[tuple[float, float, float]]:
@@ -60,6 +64,12 @@ def main() -> None:
     else:
         print("workload: the simulator's default A40 curve")
 
+    # The work is a fraction of the curve's epoch, whose length differs by orders of magnitude
+    # between workloads; fix the step's duration instead.
+    points = zeus.device.sim.workload_points(0)
+    epoch_seconds_at_max = max(points)[1]
+    work_per_step = STEP_SECONDS / epoch_seconds_at_max
+
     monitor = ZeusMonitor(gpu_indices=[0])
     plo = GlobalPowerLimitOptimizer(
         monitor, ZeusCost(eta_knob=args.eta), warmup_steps=5, profile_steps=20
@@ -72,7 +82,7 @@ def main() -> None:
             if step % steps_per_epoch == 0:
                 plo.on_epoch_begin()
             plo.on_step_begin()
-            zeus.device.sim.run(WORK_PER_STEP)  # the "training step"
+            zeus.device.sim.run(work_per_step)  # the "training step"
             plo.on_step_end()
             if done_at is None and isinstance(plo.state, Done):
                 done_at = step
@@ -80,7 +90,8 @@ def main() -> None:
                 plo.on_epoch_end()
         total = monitor.end_window("training")
 
-    assert isinstance(plo.state, Done), "profiling did not finish; raise --steps"
+    if not isinstance(plo.state, Done):
+        sys.exit(f"profiling did not finish within {args.steps} steps; raise --steps")
     print("\nprofiled power limits (energy and time of 20 steps):")
     for m in plo.measurements:
         print(f"  {m.power_limit:4d} W  {m.energy:9.1f} J  {m.time:7.2f} s")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from zeus.optimizer.power_limit.optimizer import GlobalPowerLimitOptimizer
+from zeus.optimizer.power_limit.profiler import DEFAULT_PL_STEP_W
 from zeus.optimizer.power_limit.selectors import OptimumSelector
 
 try:
@@ -34,7 +35,7 @@ class HFGlobalPowerLimitOptimizer(TrainerCallback):  # type: ignore[misc,valid-t
         wait_steps: int = 1,
         warmup_steps: int = 10,
         profile_steps: int = 40,
-        pl_step: int = 25,
+        pl_step: int = DEFAULT_PL_STEP_W,
         profile_path: Union[str, Path, None] = None,
     ) -> None:
         """Build the wrapped `GlobalPowerLimitOptimizer`.

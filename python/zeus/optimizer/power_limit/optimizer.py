@@ -7,6 +7,10 @@ and training continues at it. An epoch that ends in the middle of a warmup or a 
 interrupts it: the limit goes back to the maximum for the rest of the epoch (evaluation and data
 loading should not be slowed down) and that limit is retried at the next epoch's first step.
 
+The walk is `PowerLimitProfiler` (`profiler.py`), the one profiling state machine, which
+`JobSession` drives as well; this class sets the limits it asks for through a `SettingsGuard`,
+all-reduces its windows under `torch.distributed` and, once done, trains at the optimum.
+
 States (`zeus.optimizer.power_limit.models`):
 
 - `Ready(pl, s)`: after `s` steps, set `pl` and go to `Warmup` (straight to `Profiling` when
@@ -17,7 +21,14 @@ States (`zeus.optimizer.power_limit.models`):
 - `Done(opt)`: nothing left to do.
 
 An epoch end in `Warmup` or `Profiling` (the window is cancelled) goes to `Ready(pl, 1)` and
-sets the maximum limit.
+sets the maximum limit. Epochs too short for `warmup_steps + profile_steps + 1` steps would
+interrupt every limit: one `UserWarning` says so, with the numbers and settings that fit.
+
+A window that cannot be trusted (it read 0 J, or the monitor's ~95% bound on its energy is as
+large as the energy, or, for a window shorter than the energy counter's update period, as one
+update) is not recorded: the limit is measured again at once over a longer window, later
+limits over as many steps, and each measurement is scaled to `profile_steps` steps; one
+`UserWarning` gives the figures and the `profile_steps` that avoids it.
 
 Deliberate differences from zeus 0.8: scanned limits never go below the device minimum;
 `warmup_steps=0` works (measuring starts on the step that sets the limit); only the monitor's
@@ -29,20 +40,22 @@ SIGINT/SIGTERM and, through an on-disk journal, after SIGKILL (see
 
 Data parallelism with `torch.distributed`: each rank creates its own optimizer with a monitor of
 its own GPUs (usually `ZeusMonitor(gpu_indices=[local_rank])`). When the default process group
-is initialised, each profiling window's energy is summed and its time maxed over all ranks with
-`all_reduce`, so every rank holds the same measurements and picks the same power limit; the
-default selector's `world_size` is then the number of GPUs over all ranks. All ranks must call
-the hooks at the same steps (which data-parallel training does).
+is initialised, each profiling window's energy (and its bound) is summed and its time maxed over
+all ranks with `all_reduce`, so every rank holds the same measurements, repeats the same windows
+and picks the same power limit; the default selector's `world_size` is then the number of GPUs
+over all ranks. All ranks must call the hooks at the same steps (which data-parallel training
+does).
 """
 
 from __future__ import annotations
 
-import operator
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Union
+
+from pydantic import ValidationError
 
 from zeus.callback import Callback
 from zeus.device import get_gpus
@@ -56,6 +69,12 @@ from zeus.optimizer.power_limit.models import (
     Warmup,
     _PowerLimitMeasurementList,
 )
+from zeus.optimizer.power_limit.profiler import (
+    DEFAULT_PL_STEP_W,
+    PowerLimitProfiler,
+    SettingNames,
+    WindowFigures,
+)
 from zeus.optimizer.power_limit.selectors import OptimumSelector, ZeusCost
 from zeus.util.logging import get_logger
 
@@ -64,6 +83,11 @@ __all__ = ["GlobalPowerLimitOptimizer"]
 logger = get_logger(__name__)
 
 _WINDOW_PREFIX = "__GlobalPowerLimitOptimizer_"
+_SETTING_NAMES = SettingNames(
+    warmup="warmup_steps",
+    profile="profile_steps",
+    example="warmup_steps={warmup}, profile_steps={profile}",
+)
 
 
 def _noop() -> None:
@@ -90,21 +114,26 @@ def _dist_world_size() -> int:
     return 1
 
 
-def _all_reduce_measurement(energy: float, time: float) -> tuple[float, float]:
-    """Sum energy and max time over the ranks when torch.distributed is initialised."""
+def _all_reduce_figures(figures: WindowFigures) -> WindowFigures:
+    """Sum energy and its bound, max time and counter period, over the ranks (if any).
+
+    Every rank then judges the same figures, so all of them keep or repeat a window together.
+    """
     if _dist_world_size() == 1:
-        return energy, time
+        return figures
     import torch
     import torch.distributed as dist
 
     device = torch.device("cpu")
     if dist.get_backend() == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
-    e = torch.tensor([energy], dtype=torch.float64, device=device)
-    t = torch.tensor([time], dtype=torch.float64, device=device)
-    dist.all_reduce(e, op=dist.ReduceOp.SUM)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(e.item()), float(t.item())
+    summed = torch.tensor([figures.energy, figures.bound], dtype=torch.float64, device=device)
+    maxed = torch.tensor([figures.time, figures.period], dtype=torch.float64, device=device)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    dist.all_reduce(maxed, op=dist.ReduceOp.MAX)
+    energy, bound = (float(x) for x in summed.tolist())
+    time, period = (float(x) for x in maxed.tolist())
+    return WindowFigures(energy=energy, time=time, bound=bound, period=period)
 
 
 def _no_permission_message(gpus: Any, error: Exception) -> str:
@@ -121,6 +150,23 @@ def _no_permission_message(gpus: Any, error: Exception) -> str:
     )
 
 
+def _load_profile(path: Path) -> list[PowerLimitMeasurement]:
+    """The measurements of a profile file, or a `ValueError` naming the file and the fault."""
+    try:
+        profile = _PowerLimitMeasurementList.model_validate_json(path.read_text())
+    except ValidationError as e:
+        faults = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'file'}: {err['msg']}"
+            for err in e.errors()[:3]
+        )
+        raise ValueError(
+            f"{path} is not a power limit profile ({faults}); it should read "
+            '{"measurements": [{"power_limit": W, "energy": J, "time": s}, ...]} with '
+            "positive numbers. Delete it to profile again."
+        ) from None
+    return list(profile.measurements)
+
+
 class GlobalPowerLimitOptimizer(Callback):
     """Finds the optimal GPU power limit while training runs, then trains at it.
 
@@ -130,7 +176,8 @@ class GlobalPowerLimitOptimizer(Callback):
 
     Attributes:
         state: The current state (`Ready`, `Warmup`, `Profiling` or `Done`).
-        measurements: One `PowerLimitMeasurement` per profiled limit, in profiling order.
+        measurements: One `PowerLimitMeasurement` per profiled limit, in profiling order, each
+            over `profile_steps` steps.
         power_limits: The limits to profile, mW, descending.
 
     """
@@ -142,7 +189,7 @@ class GlobalPowerLimitOptimizer(Callback):
         wait_steps: int = 1,
         warmup_steps: int = 10,
         profile_steps: int = 40,
-        pl_step: int = 25,
+        pl_step: int = DEFAULT_PL_STEP_W,
         profile_path: Union[str, Path, None] = None,
     ) -> None:
         """Set up the optimizer and set the GPUs to their maximum power limit.
@@ -154,15 +201,16 @@ class GlobalPowerLimitOptimizer(Callback):
                 world_size=<number of GPUs over all ranks>)`.
             wait_steps: Steps to let pass before profiling begins.
             warmup_steps: Steps to run at each limit before measuring it (0 allowed).
-            profile_steps: Steps to measure at each limit.
+            profile_steps: Steps to measure at each limit (more when windows this long are
+                too short to be measured; see the module docstring).
             pl_step: Distance between profiled limits, W.
             profile_path: A profile JSON file. If it exists, it is loaded, the optimum is set
                 right away and nothing is profiled; otherwise the profile is written there
                 (atomically) when profiling ends.
 
         Raises:
-            ValueError: a bad argument (the message names it), or GPUs with different power
-                limit ranges.
+            ValueError: a bad argument (the message names it), GPUs with different power
+                limit ranges, or a `profile_path` that holds no profile.
             RuntimeError: the process may not change GPU settings (needs SYS_ADMIN).
 
         """
@@ -194,8 +242,6 @@ class GlobalPowerLimitOptimizer(Callback):
         if len(set(ranges.values())) != 1:
             raise ValueError(f"Power limits ranges are not uniform across GPUs: {ranges} (mW).")
         min_mw, max_mw = next(iter(ranges.values()))
-        # Down to the minimum and never below it (zeus 0.8 could dip below).
-        self.power_limits: list[int] = list(range(max_mw, min_mw - 1, -self.pl_step))
 
         try:
             for i in self.gpu_indices:
@@ -207,59 +253,58 @@ class GlobalPowerLimitOptimizer(Callback):
 
         self.guard = SettingsGuard(self.gpus)
         self._current_mw = 0
-        self.measurements: list[PowerLimitMeasurement] = []
-        self.state: Ready | Warmup | Profiling | Done
+        self._profile_loaded = False
+        self._profiler = PowerLimitProfiler(
+            monitor,
+            min_mw,
+            max_mw,
+            selector=self.optimum_selector,
+            set_power_limit=self._set_power_limit,
+            on_done=self._settle,
+            name="GlobalPowerLimitOptimizer",
+            window_prefix=_WINDOW_PREFIX,
+            setting_names=_SETTING_NAMES,
+            warmup_steps=self.warmup_steps,
+            profile_steps=self.profile_steps,
+            wait_steps=self.wait_steps,
+            pl_step_mw=self.pl_step,
+            reduce=_all_reduce_figures,
+        )
+        # A profiling step is the profiler's step: skip a call layer on every training step.
+        self.on_step_begin = self._profiler.step  # type: ignore[method-assign]
 
         if self.profile_path is not None and self.profile_path.exists():
             logger.info("Loading the power limit profile from %s.", self.profile_path)
-            profile = _PowerLimitMeasurementList.model_validate_json(self.profile_path.read_text())
-            self.measurements = list(profile.measurements)
-            self._enter_done()
+            measurements = _load_profile(self.profile_path)
+            self._profile_loaded = True
+            self._profiler.conclude(measurements)
         else:
-            self.state = Ready(next_power_limit=self.power_limits[0], steps=self.wait_steps + 1)
             self._set_power_limit(self.power_limits[0])
+
+    @property
+    def state(self) -> Ready | Warmup | Profiling | Done:
+        """The current state (`Ready`, `Warmup`, `Profiling` or `Done`)."""
+        return self._profiler.state
+
+    @property
+    def measurements(self) -> list[PowerLimitMeasurement]:
+        """One `PowerLimitMeasurement` per profiled limit, in profiling order."""
+        return self._profiler.measurements
+
+    @property
+    def power_limits(self) -> list[int]:
+        """The limits to profile, mW, descending."""
+        return self._profiler.power_limits
 
     # Hooks.
 
     def on_epoch_end(self) -> None:
         """Interrupt a warmup or measurement: back to the maximum, retry the limit next epoch."""
-        state = self.state
-        if isinstance(state, Warmup):
-            logger.info(
-                "[GlobalPowerLimitOptimizer] Warm-up for power limit %d W interrupted by the "
-                "end of the epoch; retrying next epoch.",
-                state.current_power_limit // 1000,
-            )
-        elif isinstance(state, Profiling):
-            logger.info(
-                "[GlobalPowerLimitOptimizer] Profiling of power limit %d W interrupted by the "
-                "end of the epoch; retrying next epoch.",
-                state.current_power_limit // 1000,
-            )
-            self.monitor.end_window(self._window(state.current_power_limit), cancel=True)
-        else:
-            return
-        self.state = Ready(next_power_limit=state.current_power_limit, steps=1)
-        self._set_power_limit(self.power_limits[0])
+        self._profiler.end_epoch()
 
     def on_step_begin(self) -> None:
         """Advance the state machine by one step."""
-        state = self.state
-        if isinstance(state, Done):
-            return
-        # Count down through the model's field storage: pydantic's `__setattr__` would cost
-        # about a microsecond per step, and the assignment needs no validation.
-        fields = state.__dict__
-        left = fields["steps"] - 1
-        fields["steps"] = left
-        if left > 0:
-            return
-        if isinstance(state, Ready):
-            self._start(state.next_power_limit)
-        elif isinstance(state, Warmup):
-            self._begin_profiling(state.current_power_limit)
-        else:
-            self._finish_profiling(state.current_power_limit)
+        self._profiler.step()
 
     @property
     def current_power_limit(self) -> int:
@@ -283,61 +328,15 @@ class GlobalPowerLimitOptimizer(Callback):
         """Restore the original power limits, also when the block raised."""
         self.close()
 
-    # Transitions.
+    # What the profiler calls.
 
-    def _window(self, power_limit_mw: int) -> str:
-        return f"{_WINDOW_PREFIX}{power_limit_mw // 1000}"
-
-    def _start(self, power_limit_mw: int) -> None:
-        """Set `power_limit_mw` and warm up at it (or measure right away without warmup)."""
-        self._set_power_limit(power_limit_mw)
-        if self.warmup_steps > 0:
-            self.state = Warmup(current_power_limit=power_limit_mw, steps=self.warmup_steps)
-        else:
-            self._begin_profiling(power_limit_mw)
-
-    def _begin_profiling(self, power_limit_mw: int) -> None:
-        logger.info(
-            "[GlobalPowerLimitOptimizer] Profiling power limit %d W.", power_limit_mw // 1000
-        )
-        self.state = Profiling(current_power_limit=power_limit_mw, steps=self.profile_steps)
-        self.monitor.begin_window(self._window(power_limit_mw))
-
-    def _finish_profiling(self, power_limit_mw: int) -> None:
-        m = self.monitor.end_window(self._window(power_limit_mw))
-        energy, time = _all_reduce_measurement(float(m.total_energy), float(m.time))
-        self.measurements.append(
-            PowerLimitMeasurement(power_limit=power_limit_mw // 1000, energy=energy, time=time)
-        )
-        logger.info(
-            "[GlobalPowerLimitOptimizer] Power limit %d W: %.2f J in %.3f s.",
-            power_limit_mw // 1000,
-            energy,
-            time,
-        )
-        index = self.power_limits.index(power_limit_mw)
-        if index == len(self.power_limits) - 1:
-            self._enter_done()
-            self._save_profile()
-        else:
-            self._start(self.power_limits[index + 1])
-
-    def _enter_done(self) -> None:
-        chosen = self.optimum_selector.select(self.measurements)
-        try:
-            # Any integer type (e.g. numpy's) is fine; floats and bools are not watts here.
-            if isinstance(chosen, bool):
-                raise TypeError
-            optimal_w = operator.index(chosen)
-        except TypeError:
-            raise TypeError(
-                f"{self.optimum_selector!r}.select returned {chosen!r}, not an integer of watts"
-            ) from None
-        self.state = Done(optimal_power_limit=optimal_w * 1000)
-        logger.info("[GlobalPowerLimitOptimizer] Optimal power limit is %d W.", optimal_w)
-        self._set_power_limit(optimal_w * 1000)
+    def _settle(self, optimal_mw: int) -> None:
+        """Train at the optimum from now on; save the profile if it was just measured."""
+        self._set_power_limit(optimal_mw)
         # Nothing is left to do per step: make the hook as cheap as a call can be.
         self.on_step_begin = _noop  # type: ignore[method-assign]
+        if not self._profile_loaded:
+            self._save_profile()
 
     def _set_power_limit(self, power_limit_mw: int) -> None:
         if power_limit_mw == self.current_power_limit:

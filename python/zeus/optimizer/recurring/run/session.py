@@ -19,6 +19,13 @@ Protocol (environment, all optional except `ZEUS_TARGET_METRIC`):
 | `ZEUS_PROFILE_PARAMS` | `warmup,measure` iterations per power limit | `10,40` |
 | `ZEUS_USE_OPTIMAL_PL` | use the optimal power limit (false = observer mode) | true |
 
+Power limits are profiled by the power-limit optimizer's state machine, `PowerLimitProfiler`
+(`optimizer/power_limit/profiler.py`), with the window names of zeus 0.8's ZeusDataLoader: each
+limit is warmed up and measured within one training epoch (a limit that would not finish in
+what is left of the epoch waits for the next one), a window too short to be measured is
+repeated over more iterations, and the measured iterations give the limit's average power and
+throughput.
+
 Files: `{log_dir}/{job_id}+bs{B}.train.json` = `{"energy", "time", "cost", "num_epochs",
 "reached"}`, and `{log_dir}/bs{B}.power.json` = `{"job_id", "train_power", "train_throughput",
 "eval_power", "eval_throughput", "optimal_pl"}` (power limits in mW as string keys, power in W,
@@ -31,7 +38,6 @@ limit), and the monitor path is not passed as `approx_instant_energy`.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import os
@@ -39,6 +45,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from zeus.optimizer.power_limit.models import PowerLimitMeasurement
+from zeus.optimizer.power_limit.profiler import (
+    PowerLimitProfiler,
+    SettingNames,
+    power_limit_steps,
+)
 from zeus.optimizer.power_limit.selectors import ZeusCost
 from zeus.util.env import get_env
 from zeus.util.metric import ZeusCostThresholdExceededError, zeus_cost
@@ -46,7 +57,13 @@ from zeus.util.metric import ZeusCostThresholdExceededError, zeus_cost
 __all__ = ["JobSession", "ProtocolEnv", "compute_optimal_pl", "power_limit_steps"]
 
 EPOCH_WINDOW = "__ZeusDataLoader_epoch"
-PL_STEP_MW = 25_000
+# zeus 0.8's ZeusDataLoader named its profiling windows so; logs of it read the same.
+PROFILE_WINDOW_PREFIX = "__ZeusDataLoader_power_limit_"
+_SETTING_NAMES = SettingNames(
+    warmup="the warm-up count of ZEUS_PROFILE_PARAMS",
+    profile="the measure count of ZEUS_PROFILE_PARAMS",
+    example="ZEUS_PROFILE_PARAMS={warmup},{profile}",
+)
 
 
 class ProtocolEnv:
@@ -81,11 +98,6 @@ class ProtocolEnv:
             raise ValueError(f"ZEUS_ETA_KNOB must be in [0, 1], got {self.eta_knob}")
 
 
-def power_limit_steps(min_mw: int, max_mw: int) -> list[int]:
-    """Power limits to profile: 25 W steps from the maximum down, never below the minimum."""
-    return list(range(max_mw, min_mw - 1, -PL_STEP_MW))
-
-
 def compute_optimal_pl(
     power: dict[int, float], tput: dict[int, float], eta: float, world_size: int = 1
 ) -> int:
@@ -110,12 +122,6 @@ def compute_optimal_pl(
         for pl in power
     ]
     return ZeusCost(eta_knob=eta, world_size=world_size).select(measurements) * 1000
-
-
-class _Prof(enum.Enum):
-    NOT_PROFILING = 0
-    WARMING_UP = 1
-    PROFILING = 2
 
 
 class JobSession:
@@ -213,11 +219,7 @@ class JobSession:
         self.eval_tput_result: dict[int, float] = {}
         self.optimal_pl = 0
         self.current_pl = 0
-        self._sample_num = 0
-        self._prof_state = _Prof.NOT_PROFILING
-        self._prof_pl_index = 0
-        self._warmup_start = 0
-        self._prof_start = 0
+        self._profiler: PowerLimitProfiler | None = None
         self._phase: str | None = None
 
         self.gpus: Any = None
@@ -231,10 +233,27 @@ class JobSession:
                 raise ValueError(f"world_size {world_size} exceeds the {len(self.gpus)} GPUs")
             min_mw, max_mw = self.gpus.get_power_management_limit_constraints(0)
             self.max_pl = int(max_mw)
-            self.power_limits = power_limit_steps(int(min_mw), int(max_mw))
             # monitor_path is the legacy binary; it is not a ZeusMonitor argument (§5.4).
             self.monitor = ZeusMonitor(gpu_indices=list(range(world_size)))
-            if not self.profiling:
+            if self.profiling:
+                self._profiler = PowerLimitProfiler(
+                    self.monitor,
+                    int(min_mw),
+                    int(max_mw),
+                    selector=ZeusCost(eta_knob=self.env.eta_knob, world_size=world_size),
+                    set_power_limit=self._set_pl,
+                    on_done=self._profiled,
+                    name="JobSession",
+                    window_prefix=PROFILE_WINDOW_PREFIX,
+                    setting_names=_SETTING_NAMES,
+                    warmup_steps=self.warmup_iters,
+                    profile_steps=self.measure_iters,
+                    steps_per_epoch=train_iters,
+                    sync=self._sync,
+                )
+                self.power_limits = self._profiler.power_limits
+            else:
+                self.power_limits = power_limit_steps(int(min_mw), int(max_mw))
                 self._load_power_json()
                 self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
         else:
@@ -281,10 +300,21 @@ class JobSession:
         """Maximum power of the job's GPUs, W."""
         return self.max_pl // 1000 * self.world_size
 
-    def _compute_optimal_pl(self) -> int:
-        return compute_optimal_pl(
-            self.train_power_result, self.train_tput_result, self.env.eta_knob, self.world_size
-        )
+    def _profiled(self, optimal_pl: int) -> None:
+        """Record the profiled limits and switch to the optimum (the profiler's `on_done`)."""
+        if self._profiler is not None:
+            # Measurements come in profiling order, one per limit (kept in mW, not rounded to
+            # the measurements' watts); each covers `measure_iters` iterations.
+            for pl, m in zip(self._profiler.power_limits, self._profiler.measurements):
+                self.train_power_result[pl] = m.energy / m.time
+                self.train_tput_result[pl] = self.measure_iters / m.time
+        self.optimal_pl = optimal_pl
+        # Set now, so the following eval epoch is measured at the optimum.
+        self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
+        if self.eval_iters == 0:
+            # No eval epoch will complete the profile; it is final now.
+            self._save_power_json()
+            self.profiling = False
 
     # ---- epochs ------------------------------------------------------------------------
 
@@ -375,7 +405,6 @@ class JobSession:
         self._phase = phase
         if phase == "train":
             self.epoch_num += 1
-            self._sample_num = 0
             if not self.profiling:
                 self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
         if self.rank == 0:
@@ -390,11 +419,9 @@ class JobSession:
             return
         if self._sync is not None:
             self._sync()
-        if phase == "train" and self._prof_state is not _Prof.NOT_PROFILING:
-            # The epoch ended inside a profiling window; drop it and redo this limit later.
-            if self._prof_state is _Prof.PROFILING:
-                self.monitor.end_window(self._prof_window(), cancel=True)
-            self._prof_state = _Prof.NOT_PROFILING
+        if phase == "train" and self.profiling and self._profiler is not None:
+            # An epoch that ended inside a warm-up or window drops it; the limit is redone.
+            self._profiler.end_epoch()
         m = self.monitor.end_window(EPOCH_WINDOW)
         energy = sum(m.energy.values())
         if phase == "train":
@@ -410,41 +437,10 @@ class JobSession:
                 self._save_power_json()
                 self.profiling = False
 
-    def _prof_window(self) -> str:
-        return f"__ZeusDataLoader_power_limit_{self.current_pl // 1000}"
-
     def before_train_iteration(self) -> None:
         """Call before each training iteration: drives just-in-time power-limit profiling."""
-        self._sample_num += 1
-        if self.rank != 0 or not self.profiling or self._prof_pl_index >= len(self.power_limits):
-            return
-        n = self._sample_num
-        if self._prof_state is _Prof.NOT_PROFILING:
-            if n + self.warmup_iters + self.measure_iters < self.train_iters:
-                self._set_pl(self.power_limits[self._prof_pl_index])
-                self._prof_state = _Prof.WARMING_UP
-                self._warmup_start = n
-        if self._prof_state is _Prof.WARMING_UP and n - self._warmup_start == self.warmup_iters:
-            self.monitor.begin_window(self._prof_window())
-            self._prof_state = _Prof.PROFILING
-            self._prof_start = n
-        elif self._prof_state is _Prof.PROFILING and n - self._prof_start == self.measure_iters:
-            if self._sync is not None:
-                self._sync()
-            m = self.monitor.end_window(self._prof_window())
-            self._prof_state = _Prof.NOT_PROFILING
-            self._prof_pl_index += 1
-            if m.time > 0:
-                self.train_power_result[self.current_pl] = sum(m.energy.values()) / m.time
-                self.train_tput_result[self.current_pl] = self.measure_iters / m.time
-            if self._prof_pl_index == len(self.power_limits):
-                self.optimal_pl = self._compute_optimal_pl()
-                # Set now, so the following eval epoch is measured at the optimum.
-                self._set_pl(self.optimal_pl if self.env.use_optimal_pl else self.max_pl)
-                if self.eval_iters == 0:
-                    # No eval epoch will complete the profile; it is final now.
-                    self._save_power_json()
-                    self.profiling = False
+        if self.profiling and self._profiler is not None:
+            self._profiler.step()
 
     def report_metric(self, metric: float, higher_is_better: bool) -> None:
         """Report the validation metric of the epoch."""
