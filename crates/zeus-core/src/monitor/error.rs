@@ -16,6 +16,9 @@ pub enum MonitorError {
     /// A RAPL zone failed; Python sees the `zeus.device.cpu` class of the same name.
     #[error(transparent)]
     Cpu(#[from] CpuError),
+    /// A background sampling stopped on an error; Python sees `RuntimeError`.
+    #[error("{0}")]
+    Stopped(String),
     /// Writing the log file failed; Python sees `OSError`.
     #[error("{0}")]
     Io(#[from] std::io::Error),

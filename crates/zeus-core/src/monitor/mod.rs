@@ -6,6 +6,7 @@
 //! - [`power`]: [`PowerMonitor`], a background thread that samples power into a bounded
 //!   [`Timeline`](timeline::Timeline), and counter update-period detection.
 //! - [`counter`]: modular arithmetic on energy counters and the CSV float format.
+//! - [`temperature`]: [`TemperatureMonitor`], GPU temperature from the shared sampler.
 //! - [`power_log`]: the one power-log schema (CSV and JSON lines) of both power loggers.
 //!
 //! Every timestamp comes from the backend clock ([`Gpus::now`](crate::device::Gpus::now)), so
@@ -19,10 +20,12 @@ pub mod power_log;
 pub mod provenance;
 pub mod sampler;
 pub mod stop;
+pub mod temperature;
 pub mod timeline;
 
 pub use energy::{EnergyMonitor, InstantPower, Measurement, ReadMode, WindowEnd};
 pub use error::{MonitorError, MonitorResult};
 pub use power::{infer_counter_update_period, PowerDomain, PowerMonitor, PowerMonitorOptions};
 pub use provenance::{Method, Provenance};
+pub use temperature::TemperatureMonitor;
 pub use timeline::Timeline;
