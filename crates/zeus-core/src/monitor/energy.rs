@@ -228,6 +228,25 @@ pub struct InstantPower {
     pub read_time: f64,
 }
 
+impl InstantPower {
+    /// Read the power of GPUs `indices` now (the driver's `average_power_usage`, which is what
+    /// the reference reads), timing the reads on the backend clock.
+    ///
+    /// # Errors
+    /// The first GPU error.
+    pub fn read(gpus: &Gpus, indices: &[usize]) -> GpuResult<InstantPower> {
+        let t0 = gpus.now();
+        let mut watts = Vec::with_capacity(indices.len());
+        for &i in indices {
+            watts.push(gpus.device(i)?.average_power_usage()? as f64 / 1000.0);
+        }
+        Ok(InstantPower {
+            watts,
+            read_time: gpus.now() - t0,
+        })
+    }
+}
+
 /// The result of closing a window: the measurement and any quality warnings about it.
 #[derive(Debug, Clone)]
 pub struct WindowEnd {

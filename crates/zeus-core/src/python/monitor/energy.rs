@@ -222,18 +222,7 @@ impl PyZeusMonitor {
         // Instantaneous power is read before the sync, as the reference does: the sync waits
         // for the kernels whose power we want to see.
         let instant = if st.approx && !cancel {
-            let r = (|| -> crate::device::GpuResult<InstantPower> {
-                let t0 = st.gpus.now();
-                let mut watts = Vec::with_capacity(st.indices.len());
-                for &i in &st.indices {
-                    watts.push(st.gpus.device(i)?.average_power_usage()? as f64 / 1000.0);
-                }
-                Ok(InstantPower {
-                    watts,
-                    read_time: st.gpus.now() - t0,
-                })
-            })();
-            Some(r.map_err(|e| gpu_error(py, e))?)
+            Some(InstantPower::read(&st.gpus, &st.indices).map_err(|e| gpu_error(py, e))?)
         } else {
             None
         };
