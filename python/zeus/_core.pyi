@@ -47,6 +47,7 @@ __all__ = [
     "thompson_predict",
     "decide_report",
     "PerseusFrontier",
+    "PerseusPipeline",
     "perseus_pipeline_1f1b",
     "perseus_makespan",
     "perseus_compute_frontier",
@@ -448,6 +449,24 @@ class PerseusFrontier:
     def best_within(self, limit_s: float) -> int | None: ...
 
 # Instruction names are "forward" or "backward".
+@final
+class PerseusPipeline:
+    def __new__(
+        cls,
+        num_nodes: int,
+        edges: list[tuple[int, int]],
+        stage_of: list[int],
+        options: list[list[tuple[float, float]]],
+        blocking_power: list[float],
+        unit_time: float | None = None,
+    ) -> Self: ...
+    @property
+    def frontier(self) -> PerseusFrontier: ...
+    @property
+    def all_max(self) -> tuple[float, float]: ...
+    def cost(self, choices: list[int]) -> tuple[float, float]: ...
+    def best_within(self, slowdown: float) -> list[int]: ...
+
 def perseus_pipeline_1f1b(
     num_stages: int, num_microbatches: int
 ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int]]]: ...

@@ -82,6 +82,65 @@ impl PyFrontier {
     }
 }
 
+/// A pipeline's frequency options (per node, `(seconds, joules)` at each option, fastest
+/// first), its frontier, and the least-energy plan within a slowdown.
+#[pyclass(name = "PerseusPipeline", module = "zeus._core", frozen)]
+pub(crate) struct PyPipeline {
+    inner: perseus::Pipeline,
+}
+
+#[pymethods]
+impl PyPipeline {
+    /// Node `v` runs on stage `stage_of[v]` with `options[v]`; a waiting GPU of stage `s` draws
+    /// `blocking_power[s]` W. `unit_time` (s) quantises the frontier; default 1/500 of the
+    /// all-max-frequency iteration time. The frontier is computed with the GIL released.
+    #[new]
+    #[pyo3(signature = (num_nodes, edges, stage_of, options, blocking_power, unit_time = None))]
+    fn new(
+        py: Python<'_>,
+        num_nodes: usize,
+        edges: Vec<(usize, usize)>,
+        stage_of: Vec<usize>,
+        options: Vec<Vec<(f64, f64)>>,
+        blocking_power: Vec<f64>,
+        unit_time: Option<f64>,
+    ) -> PyResult<Self> {
+        let dag = Dag { num_nodes, edges };
+        let inner = py
+            .detach(|| perseus::Pipeline::new(dag, stage_of, options, blocking_power, unit_time))
+            .map_err(value_error)?;
+        Ok(PyPipeline { inner })
+    }
+
+    /// The time–energy frontier (a copy).
+    #[getter]
+    fn frontier(&self) -> PyFrontier {
+        PyFrontier {
+            inner: self.inner.frontier().clone(),
+        }
+    }
+
+    /// `(time s, energy J)` of running every instruction at its highest frequency.
+    #[getter]
+    fn all_max(&self) -> (f64, f64) {
+        let c = self.inner.all_max();
+        (c.time, c.energy)
+    }
+
+    /// `(time s, energy J)` of the plan `choices` (an option index per node).
+    fn cost(&self, choices: Vec<usize>) -> PyResult<(f64, f64)> {
+        let c = self.inner.cost(&choices).map_err(value_error)?;
+        Ok((c.time, c.energy))
+    }
+
+    /// The option per node of the least-energy plan at most `slowdown` (a fraction) slower
+    /// than all-max, on the profiled times.
+    fn best_within(&self, py: Python<'_>, slowdown: f64) -> PyResult<Vec<usize>> {
+        py.detach(|| self.inner.best_within(slowdown))
+            .map_err(value_error)
+    }
+}
+
 /// `(instructions, edges)` of one synchronous 1F1B iteration; each instruction is
 /// `(stage, microbatch, "forward" | "backward")`, numbered stage by stage in execution order.
 #[pyfunction]
@@ -131,6 +190,7 @@ fn perseus_compute_frontier(
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFrontier>()?;
+    m.add_class::<PyPipeline>()?;
     m.add_function(wrap_pyfunction!(perseus_pipeline_1f1b, m)?)?;
     m.add_function(wrap_pyfunction!(perseus_makespan, m)?)?;
     m.add_function(wrap_pyfunction!(perseus_compute_frontier, m)?)?;

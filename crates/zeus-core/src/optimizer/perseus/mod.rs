@@ -2,17 +2,20 @@
 //!
 //! [`dag`] builds the DAG of one synchronous 1F1B iteration; [`frontier`] computes the
 //! iteration time–energy frontier over per-instruction frequency choices with the
-//! Phillips–Dessouky method. The Python server (`zeus.optimizer.perseus.server`) feeds it the
-//! instruction profiles and picks a point.
+//! Phillips–Dessouky method; [`plan`] prices plans for real and picks the least-energy plan
+//! within a slowdown, repairing frontier points against the unquantised times. The Python
+//! server (`zeus.optimizer.perseus.server`) feeds it the instruction profiles.
 
 pub mod dag;
 pub mod frontier;
+pub mod plan;
 
 #[cfg(test)]
 mod tests;
 
 pub use dag::{pipeline_1f1b, stage_order_1f1b, Dag, Instruction, InstructionKind};
 pub use frontier::{compute_frontier, Frontier};
+pub use plan::{Pipeline, PlanCost};
 
 /// Bad input to the Perseus core; each variant names the offending value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -43,6 +46,8 @@ pub enum PerseusError {
         time: f64,
         cost: f64,
     },
+    #[error("slowdown must be >= 0, got {0}")]
+    BadSlowdown(f64),
     #[error("unit_time must be a positive finite number of seconds, got {0}")]
     BadUnitTime(f64),
     #[error("activity {activity}: time {time} s is more than 1e9 units of {unit_time} s; use a larger unit_time")]

@@ -386,3 +386,87 @@ fn backward_arcs_are_lengthened() {
     assert_eq!(f.costs()[..3], [0.0, 2.5, 14.5]);
     assert_eq!(f.durations(2), &[1, 2, 1, 2, 1]);
 }
+
+/// `pipeline_options` with each node's options fastest first, as plans index them.
+fn fastest_first(options: Vec<Vec<(f64, f64)>>) -> Vec<Vec<(f64, f64)>> {
+    options
+        .into_iter()
+        .map(|mut o| {
+            o.sort_by(|a, b| a.0.total_cmp(&b.0));
+            o
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn the_best_plan_meets_its_slowdown_and_never_costs_more_than_all_max(
+        (dag, options) in pipeline_options(2, 2),
+        slowdown in prop_oneof![Just(0.0), 0.0f64..1.0],
+        blocking in 0.0f64..5.0,
+    ) {
+        let options = fastest_first(options);
+        let stage_of = pipeline_1f1b(2, 2).unwrap().0.iter().map(|i| i.stage).collect();
+        let p = Pipeline::new(dag, stage_of, options, vec![blocking; 2], Some(0.25)).unwrap();
+        let all_max = p.all_max();
+        let best = p.cost(&p.best_within(slowdown).unwrap()).unwrap();
+        prop_assert!(best.time <= all_max.time * (1.0 + slowdown) * (1.0 + 1e-12));
+        prop_assert!(best.energy <= all_max.energy);
+    }
+}
+
+#[test]
+fn a_free_saving_off_the_critical_path_is_taken_and_bad_input_is_named() {
+    // Two independent nodes: node 0 takes 4 s whatever; node 1 can run in 1 s for 10 J or in
+    // 3 s (still within node 0's 4 s) for 2 J.
+    let dag = Dag {
+        num_nodes: 2,
+        edges: vec![],
+    };
+    let options = vec![vec![(4.0, 8.0)], vec![(1.0, 10.0), (3.0, 2.0)]];
+    let p = Pipeline::new(
+        dag.clone(),
+        vec![0, 1],
+        options.clone(),
+        vec![0.0, 0.0],
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        p.all_max(),
+        PlanCost {
+            time: 4.0,
+            energy: 18.0
+        }
+    );
+    assert_eq!(p.best_within(0.0).unwrap(), vec![0, 1]);
+    assert_eq!(
+        p.cost(&[0, 1]).unwrap(),
+        PlanCost {
+            time: 4.0,
+            energy: 10.0
+        }
+    );
+    // Waiting is charged: a stage that idles 3 s at 1 W adds 3 J.
+    let blocking = Pipeline::new(
+        dag.clone(),
+        vec![0, 1],
+        options.clone(),
+        vec![0.0, 1.0],
+        None,
+    )
+    .unwrap();
+    assert_eq!(blocking.cost(&[0, 0]).unwrap().energy, 18.0 + 3.0);
+    assert_eq!(p.best_within(-0.1), Err(PerseusError::BadSlowdown(-0.1)));
+    assert!(matches!(
+        p.cost(&[0, 2]),
+        Err(PerseusError::NoOptions { activity: 1 })
+    ));
+    assert!(matches!(
+        Pipeline::new(dag, vec![0], options, vec![0.0], None),
+        Err(PerseusError::LengthMismatch {
+            what: "stage_of",
+            ..
+        })
+    ));
+}
