@@ -30,6 +30,7 @@ import stat
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -44,6 +45,7 @@ from zeus.device.exception import (
     ZeusGPUNotSupportedError,
     ZeusGPUUnknownError,
 )
+from zeus.util import http
 from zeus.util.indices import check_indices
 from zeus.util.logging import get_logger
 
@@ -184,7 +186,7 @@ class ZeusdConfig:
         return cls(
             host=host,
             port=port,
-            token=_token_or_env(token),
+            token=http.lookup_token(token, TOKEN_VAR),
             gpu_indices=gpu_indices,
             cpu_indices=cpu_indices,
         )
@@ -201,7 +203,7 @@ class ZeusdConfig:
         """A zeusd on this node's socket (`--mode uds`); `token` None reads `ZEUSD_TOKEN`."""
         return cls(
             socket_path=socket_path,
-            token=_token_or_env(token),
+            token=http.lookup_token(token, TOKEN_VAR),
             gpu_indices=gpu_indices,
             cpu_indices=cpu_indices,
         )
@@ -218,7 +220,7 @@ class ZeusdConfig:
         env = os.environ if environ is None else environ
         sock = _env(env, SOCK_VAR)
         host_port = _env(env, HOST_PORT_VAR)
-        token = _env(env, TOKEN_VAR)
+        token = http.lookup_token(None, TOKEN_VAR, env)
         if sock is not None and host_port is not None:
             raise ZeusdConfigError(
                 f"Both {SOCK_VAR}={sock!r} and {HOST_PORT_VAR}={host_port!r} are set; set only "
@@ -254,22 +256,18 @@ class ZeusdConfig:
 
     def http_client(self, timeout: httpx.Timeout) -> httpx.Client:
         """A new `httpx.Client` for the daemon: its transport, base URL and bearer token."""
-        import httpx
-
         headers = {}
-        if self.token is not None:
-            headers["Authorization"] = f"Bearer {self.token}"
         if self.socket_path is None:
             # Over TCP the daemon knows no pid: this names the process's lease, so that jobs
             # on one host (one IP address) do not share, and renew, each other's holds.
             headers["X-Zeusd-Client"] = _process_client_id()
-        transport = httpx.HTTPTransport(uds=self.socket_path) if self.socket_path else None
         # trust_env=False: an HTTP(S)_PROXY meant for the internet must not carry the
         # daemon's requests (nor its token) through a proxy.
-        return httpx.Client(
-            base_url=self.base_url,
+        return http.open_client(
+            self.base_url,
+            socket_path=self.socket_path,
+            token=self.token,
             headers=headers,
-            transport=transport,
             timeout=timeout,
             trust_env=False,
         )
@@ -291,10 +289,6 @@ class ZeusdConfig:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-def _token_or_env(token: Optional[str]) -> Optional[str]:
-    return token if token is not None else (os.environ.get(TOKEN_VAR) or None)
-
-
 _client_id: Optional[tuple[int, str]] = None
 
 
@@ -313,9 +307,9 @@ def _process_client_id() -> str:
     return _client_id[1]
 
 
-# The hold connection's retry pause after a failure, first and longest (s), and the silence
-# (s) after which it is taken for dead (the daemon beats every 250 ms).
-_HOLD_RETRY = (0.2, 2.0)
+# The hold connection's pauses between reconnections after a failure, and the silence (s)
+# after which it is taken for dead (the daemon beats every 250 ms).
+_HOLD_BACKOFF = http.Backoff(first_s=0.2, factor=2.0, max_s=2.0)
 _HOLD_SILENCE = 5.0
 
 
@@ -365,6 +359,19 @@ class ZeusdClient:
         # Set while the hold connection is up (or the lease is renewed instead): a write
         # returns only then, so a job killed right after it still gets its original back.
         self._hold_ready = threading.Event()
+        # No request is repeated: a write may have reached the daemon, and a read that fails
+        # is retried by whoever asked (the sampler, the power stream's reconnection).
+        self._service = http.Service(
+            "zeusd",
+            http.ErrorMap(
+                transport=self._unreachable,
+                status=self._status_error,
+                body=self._not_json,
+                success=(200,),
+                # The message names the address and what is wrong with it.
+                keep_cause=False,
+            ),
+        )
 
     @classmethod
     def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> Optional[ZeusdClient]:
@@ -543,7 +550,7 @@ class ZeusdClient:
     def _hold_loop(self) -> None:
         import httpx
 
-        pause = _HOLD_RETRY[0]
+        failures = 0
         while True:
             with self._lock:
                 self._lease_wanted = False
@@ -558,11 +565,11 @@ class ZeusdClient:
                 # absence (the daemon's grace after a hold closes), so reconnect soon.
                 self._hold_ready.clear()
                 logger.debug("The zeusd hold connection failed: %s", e)
-                time.sleep(pause)
-                pause = min(2 * pause, _HOLD_RETRY[1])
+                time.sleep(_HOLD_BACKOFF.delay_s(failures))
+                failures += 1
                 continue
             self._hold_ready.clear()
-            pause = _HOLD_RETRY[0]
+            failures = 0
             if holds == 0:
                 with self._lock:
                     # A write since the last look wants the lease kept: go on holding.
@@ -577,15 +584,9 @@ class ZeusdClient:
         """
         import json
 
-        import httpx
-
         # Beats come every 250 ms: a connection silent for seconds is dead.
-        timeout = httpx.Timeout(_HOLD_SILENCE, connect=5.0)
         renewed = time.monotonic()
-        with self._http().stream("GET", "/client/hold", timeout=timeout) as resp:
-            if resp.status_code != 200:
-                resp.read()
-                raise self._status_error("GET", "/client/hold", resp)
+        with self.open_stream("/client/hold", timeout=http.timeouts(_HOLD_SILENCE)) as resp:
             for line in resp.iter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -629,20 +630,47 @@ class ZeusdClient:
         with self._lock:
             if self._client is None:
                 try:
-                    import httpx
+                    import httpx  # noqa: F401  (only to say what is missing)
                 except ImportError as e:  # pragma: no cover  (a base dependency)
                     raise ZeusdError(
                         f"{self.config.variable} is set, so GPU writes go through zeusd, which "
                         "needs the httpx package: pip install httpx (or reinstall zeus-energy "
                         "with its dependencies)"
                     ) from e
-                self._client = self.config.http_client(httpx.Timeout(self.timeout, connect=5.0))
+                self._client = self.config.http_client(http.timeouts(self.timeout))
             return self._client
 
-    def _unreachable(self, method: str, path: str, exc: Exception) -> ZeusdConnectionError:
-        """The error for a daemon that does not answer: what is wrong with the address."""
-        import httpx
+    def open_stream(
+        self,
+        path: str,
+        params: Optional[dict[str, str]] = None,
+        timeout: Optional[httpx.Timeout] = None,
+    ) -> AbstractContextManager[httpx.Response]:
+        """`GET path`, a stream of server-sent events: the open response, closed on exit.
 
+        Errors map as every request's (see the class); a failure while the events are read
+        raises the `httpx` exception.
+
+        Args:
+            path: The endpoint (`/gpu/stream_power`, `/cpu/stream_power`, `/client/hold`).
+            params: Its query parameters.
+            timeout: The request's timeouts (the read timeout is the longest silence the
+                stream may keep); None for the client's.
+
+        """
+        options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        return self._service.stream(
+            self._http(),
+            "GET",
+            path,
+            params=params,
+            headers={"Accept": "text/event-stream", "Cache-Control": "no-store"},
+            **options,
+        )
+
+    def _unreachable(self, failure: http.Failure) -> ZeusdConnectionError:
+        """The error for a daemon that does not answer: what is wrong with the address."""
+        method, path, exc = failure.method, failure.path, failure.error
         where = f"{self.config.variable}={self.endpoint}" if self.purpose is None else self.endpoint
         hint = ""
         if self.config.socket_path is not None:
@@ -661,8 +689,9 @@ class ZeusdClient:
             start = f"zeusd serve --mode uds --socket-path {sock}"
         else:
             start = f"zeusd serve --mode tcp --tcp-bind-address {self.endpoint}"
-        if isinstance(exc, httpx.TimeoutException):
-            what = f"zeusd at {where} did not answer {method} {path} within {self.timeout:g} s"
+        if failure.timed_out:
+            limit = failure.timeout_s if failure.timeout_s is not None else self.timeout
+            what = f"zeusd at {where} did not answer {method} {path} within {limit:g} s"
         else:
             what = f"Cannot reach zeusd at {where} ({hint}{type(exc).__name__}: {exc})"
         if self.purpose is not None:
@@ -675,27 +704,18 @@ class ZeusdClient:
             f"{self.config.variable} to write directly (which needs root)."
         )
 
+    def _not_json(self, failure: http.Failure) -> ZeusdError:
+        return ZeusdError(
+            f"zeusd at {self.endpoint}: {failure.method} {failure.path} replied with non-JSON: "
+            f"{failure.text[:200]!r}"
+        )
+
     def _request(self, method: str, path: str, params: Optional[dict[str, str]] = None) -> Any:
-        import httpx
+        return self._service.send_json(self._http(), method, path, params=params, allow_empty=True)
 
-        client = self._http()
-        try:
-            resp = client.request(method, path, params=params)
-        except httpx.TransportError as e:
-            raise self._unreachable(method, path, e) from None
-        if resp.status_code == 200:
-            if not resp.content:
-                return None
-            try:
-                return resp.json()
-            except ValueError:
-                raise ZeusdError(
-                    f"zeusd at {self.endpoint}: {method} {path} replied with non-JSON: "
-                    f"{resp.text[:200]!r}"
-                ) from None
-        raise self._status_error(method, path, resp)
-
-    def _status_error(self, method: str, path: str, resp: httpx.Response) -> ZeusBaseGPUError:
+    def _status_error(self, failure: http.Failure) -> ZeusBaseGPUError:
+        method, path, resp = failure.method, failure.path, failure.response
+        assert resp is not None  # a status failure has its answer
         code = resp.status_code
         detail = resp.text.strip()
         try:

@@ -30,16 +30,14 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Optional
 
-import httpx
-
 from zeus.exception import ZeusBaseError
 from zeus.monitor.energy import Measurement
 from zeus.monitor.periods import PeriodWindows, charged_fields
+from zeus.util import http
 from zeus.util.framework import SyncWith
 
 __all__ = [
@@ -85,15 +83,25 @@ def get_ip_lat_long(
         ZeusCarbonIntensityHTTPError: the service is unreachable, or its answer has no `loc`.
 
     """
+
+    def no_location(why: str) -> ZeusCarbonIntensityHTTPError:
+        return ZeusCarbonIntensityHTTPError(
+            f"Cannot tell this machine's location from {url}: {why}; pass the location "
+            "(latitude, longitude) yourself"
+        )
+
+    def failed(failure: http.Failure) -> ZeusCarbonIntensityHTTPError:
+        if failure.error is not None:
+            return no_location(f"{type(failure.error).__name__}: {failure.error}")
+        return no_location(f"HTTP {failure.status}")
+
+    service = http.Service("ipinfo", http.ErrorMap(transport=failed, status=failed, body=failed))
+    with http.open_client(timeout=timeout) as client:
+        body = service.send_json(client, "GET", url)
     try:
-        resp = httpx.get(url, timeout=timeout)
-        resp.raise_for_status()
-        lat, lon = (float(x) for x in resp.json()["loc"].split(","))
-    except (httpx.HTTPError, ValueError, KeyError, AttributeError) as e:
-        raise ZeusCarbonIntensityHTTPError(
-            f"Cannot tell this machine's location from {url}: {type(e).__name__}: {e}; pass "
-            "the location (latitude, longitude) yourself"
-        ) from e
+        lat, lon = (float(x) for x in body["loc"].split(","))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise no_location(f"{type(e).__name__}: {e}") from e
     return lat, lon
 
 
@@ -157,9 +165,20 @@ class ElectricityMapsClient(CarbonIntensityProvider):
         self.lat, self.long = lat, lon
         self.estimate = bool(estimate)
         self.emission_factor_type = emission_factor_type
-        self._api_key = api_key if api_key is not None else (os.environ.get(API_KEY_VAR) or None)
+        self._api_key = http.lookup_token(api_key, API_KEY_VAR)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # One value an hour: a failed request is not repeated, the next hour's fetch or the
+        # caller's next `end_window` asks again.
+        self._service = http.Service(
+            "ElectricityMaps",
+            http.ErrorMap(
+                transport=self._unreachable,
+                status=self._refused,
+                body=self._not_json,
+                success=(200,),
+            ),
+        )
 
     def __repr__(self) -> str:
         return (
@@ -232,27 +251,31 @@ class ElectricityMapsClient(CarbonIntensityProvider):
             "disableEstimations": str(not self.estimate).lower(),
             "emissionFactorType": self.emission_factor_type,
         }
+        # ElectricityMaps' own header, not a bearer token.
         headers = {"auth-token": self._api_key} if self._api_key else {}
-        try:
-            resp = httpx.get(url, params=params, headers=headers, timeout=self.timeout)
-        except httpx.HTTPError as e:
-            raise ZeusCarbonIntensityHTTPError(
-                f"Cannot reach ElectricityMaps at {url}: {type(e).__name__}: {e}"
-            ) from e
-        if resp.status_code != 200:
-            hint = ""
-            if resp.status_code in (401, 403) and not self._api_key:
-                hint = f" (no API key was sent: set {API_KEY_VAR} or pass api_key)"
-            raise ZeusCarbonIntensityHTTPError(
-                f"ElectricityMaps {url} answered HTTP {resp.status_code}{hint}: "
-                f"{resp.text.strip()[:300]}"
-            )
-        try:
-            return resp.json()
-        except ValueError as e:
-            raise ZeusCarbonIntensityNotFoundError(
-                f"ElectricityMaps {url} answered with non-JSON: {resp.text[:200]!r}"
-            ) from e
+        with http.open_client(timeout=self.timeout) as client:
+            return self._service.send_json(client, "GET", url, params=params, headers=headers)
+
+    def _unreachable(self, failure: http.Failure) -> ZeusCarbonIntensityHTTPError:
+        return ZeusCarbonIntensityHTTPError(
+            f"Cannot reach ElectricityMaps at {failure.url}: "
+            f"{type(failure.error).__name__}: {failure.error}"
+        )
+
+    def _refused(self, failure: http.Failure) -> ZeusCarbonIntensityHTTPError:
+        hint = ""
+        if failure.status in (401, 403) and not self._api_key:
+            hint = f" (no API key was sent: set {API_KEY_VAR} or pass api_key)"
+        return ZeusCarbonIntensityHTTPError(
+            f"ElectricityMaps {failure.url} answered HTTP {failure.status}{hint}: "
+            f"{failure.text.strip()[:300]}"
+        )
+
+    @staticmethod
+    def _not_json(failure: http.Failure) -> ZeusCarbonIntensityNotFoundError:
+        return ZeusCarbonIntensityNotFoundError(
+            f"ElectricityMaps {failure.url} answered with non-JSON: {failure.text[:200]!r}"
+        )
 
 
 ElectrictyMapsClient = ElectricityMapsClient

@@ -45,9 +45,11 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import httpx
-from httpx_sse import connect_sse
+from httpx_sse import EventSource
 
+from zeus.device.exception import ZeusBaseGPUError
 from zeus.device.zeusd import DEFAULT_TCP_PORT, ZeusdClient, ZeusdConfig
+from zeus.util import http
 
 __all__ = [
     "CpuPowerReading",
@@ -313,7 +315,8 @@ class PowerStreamingClient:
 
     def _open(self, server: ServerConfig) -> list[_Stream]:
         """Check `server` and read its devices once: the streams to start for it."""
-        client = ZeusdClient(server, timeout=5.0, purpose=PURPOSE)
+        # The reads answer at once: a daemon that takes longer than a connection may is down.
+        client = ZeusdClient(server, timeout=http.CONNECT_TIMEOUT_S, purpose=PURPOSE)
         try:
             info = client.discover()
             groups = set(info.get("enabled_api_groups", []))
@@ -343,11 +346,13 @@ class PowerStreamingClient:
         failures = 0
         while not self._stopped.is_set():
             try:
-                self._follow(stream, httpx.Timeout(5.0, read=READ_TIMEOUT_S))
+                self._follow(stream, http.timeouts(READ_TIMEOUT_S))
                 if self._stopped.is_set():
                     return
                 why = "the daemon ended it"
-            except (httpx.HTTPError, _StreamRefused) as e:
+            # A refusal or no answer (the zeusd client's error map), or a stream broken
+            # while read.
+            except (httpx.HTTPError, ZeusBaseGPUError) as e:
                 why = str(e) or type(e).__name__
             except Exception:
                 # A bug here must not leave the thread dead and its last readings up forever.
@@ -371,20 +376,16 @@ class PowerStreamingClient:
         params = {f"{stream.kind}_ids": ",".join(str(i) for i in stream.indices)}
         path = f"/{stream.kind}/stream_power"
         failing: set[int] = set()  # devices the daemon reported an error for, not yet cleared
-        with (
-            stream.server.http_client(timeout) as http,
-            connect_sse(http, "GET", path, params=params) as source,
-        ):
-            if source.response.status_code != 200:
-                source.response.read()
-                raise _StreamRefused(
-                    f"HTTP {source.response.status_code}: {source.response.text.strip()[:200]}"
-                )
-            logger.info("%s connected", stream.label)
-            for event in source.iter_sse():
-                if self._stopped.is_set():
-                    return
-                self._apply(stream, event.event, event.data, failing)
+        client = ZeusdClient(stream.server, purpose=PURPOSE)
+        try:
+            with client.open_stream(path, params, timeout) as response:
+                logger.info("%s connected", stream.label)
+                for event in EventSource(response).iter_sse():
+                    if self._stopped.is_set():
+                        return
+                    self._apply(stream, event.event, event.data, failing)
+        finally:
+            client.close()
 
     def _apply(self, stream: _Stream, event: str, data: str, failing: set[int]) -> None:
         try:
@@ -444,10 +445,6 @@ class PowerStreamingClient:
 
     def _forget(self, stream: _Stream) -> None:
         self._drop(stream.server.key, stream.kind, stream.indices)
-
-
-class _StreamRefused(Exception):
-    """The daemon answered the stream request with an error status."""
 
 
 def _cpu_reading(cpu_mw: float, dram_mw: Optional[float]) -> CpuPowerReading:

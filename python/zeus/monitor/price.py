@@ -29,17 +29,15 @@ from __future__ import annotations
 
 import abc
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, Optional
 
-import httpx
-
 from zeus.exception import ZeusBaseError
 from zeus.monitor.energy import Measurement
 from zeus.monitor.periods import PeriodWindows, charged_fields
+from zeus.util import http
 from zeus.util.framework import SyncWith
 
 __all__ = [
@@ -125,9 +123,20 @@ class OpenEIClient(ElectricityPriceProvider):
         self.label = label
         self.sector = sector
         self.radius = radius
-        self._api_key = api_key if api_key is not None else (os.environ.get(API_KEY_VAR) or None)
+        self._api_key = http.lookup_token(api_key, API_KEY_VAR)
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # Fetched once per monitor: a failed request is not repeated, the caller's next
+        # `end_window` asks again.
+        self._service = http.Service(
+            "OpenEI",
+            http.ErrorMap(
+                transport=self._unreachable,
+                status=self._refused,
+                body=self._not_json,
+                success=(200,),
+            ),
+        )
 
     def __repr__(self) -> str:
         return (
@@ -161,24 +170,11 @@ class OpenEIClient(ElectricityPriceProvider):
             "radius": str(self.radius),
             "sector": self.sector,
         }
-        try:
-            resp = httpx.get(url, params=params, timeout=self.timeout)
-        except httpx.HTTPError as e:
-            raise ZeusElectricityPriceHTTPError(
-                f"Cannot reach OpenEI at {url}: {type(e).__name__}"
-            ) from e
-        if resp.status_code != 200:
-            # The key is in the query string: the message names neither the URL nor the key.
-            raise ZeusElectricityPriceHTTPError(
-                f"OpenEI {url} answered HTTP {resp.status_code}: "
-                f"{resp.text.replace(self._api_key, '<key>').strip()[:300]}"
-            )
-        try:
-            items = resp.json().get("items", [])
-        except (ValueError, AttributeError) as e:
-            raise ZeusElectricityPriceNotFoundError(
-                f"OpenEI {url} answered with something else than a JSON object"
-            ) from e
+        with http.open_client(timeout=self.timeout) as client:
+            body = self._service.send_json(client, "GET", url, params=params)
+        if not isinstance(body, dict):
+            raise ZeusElectricityPriceNotFoundError(_not_an_object(url))
+        items = body.get("items", [])
         for item in items:
             if isinstance(item, dict) and item.get("label") == self.label:
                 return _tariff(item, self.label)
@@ -187,6 +183,29 @@ class OpenEIClient(ElectricityPriceProvider):
             f"No {self.sector} tariff labelled {self.label!r} within {self.radius} miles of "
             f"({self.lat}, {self.long}); OpenEI listed {labels}"
         )
+
+    # The error map. The key is in the query string, which `Failure.url` leaves out; the
+    # messages name neither the key nor, in a transport failure's text, the full URL.
+
+    @staticmethod
+    def _unreachable(failure: http.Failure) -> ZeusElectricityPriceHTTPError:
+        return ZeusElectricityPriceHTTPError(
+            f"Cannot reach OpenEI at {failure.url}: {type(failure.error).__name__}"
+        )
+
+    def _refused(self, failure: http.Failure) -> ZeusElectricityPriceHTTPError:
+        text = failure.text.replace(self._api_key, "<key>") if self._api_key else failure.text
+        return ZeusElectricityPriceHTTPError(
+            f"OpenEI {failure.url} answered HTTP {failure.status}: {text.strip()[:300]}"
+        )
+
+    @staticmethod
+    def _not_json(failure: http.Failure) -> ZeusElectricityPriceNotFoundError:
+        return ZeusElectricityPriceNotFoundError(_not_an_object(failure.url))
+
+
+def _not_an_object(url: str) -> str:
+    return f"OpenEI {url} answered with something else than a JSON object"
 
 
 def _tariff(item: Mapping[str, Any], label: str) -> dict[str, list[Any]]:

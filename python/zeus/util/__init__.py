@@ -1,1 +1,1 @@
-"""Utilities: the cost metric, environment variables, logging, learning-rate scaling."""
+"""Utilities: the cost metric, environment variables, logging, learning-rate scaling, HTTP."""

@@ -28,7 +28,8 @@ a batch size, which starts a trial, under a `request_id` the client makes up onc
 gets that trial), and for registering with a generated id only a failure to connect, where the
 request never reached the server. Any other failure, and
 any non-2xx answer, raises `ZeusBSORuntimError`. Requests carry `Authorization: Bearer
-$ZEUS_BSO_TOKEN` when that variable is set.
+$ZEUS_BSO_TOKEN` when that variable is set. The requests go through `zeus.util.http`; this
+module declares only the retry policy and the error map above.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import atexit
 import logging
 import os
 import sys
-import time
 import uuid
 from typing import Any, Callable, Optional
 
@@ -64,6 +64,7 @@ from zeus.optimizer.batch_size.exceptions import (
     ZeusBSORuntimError,
     ZeusBSOTrainFailError,
 )
+from zeus.util import http
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +72,6 @@ logger = logging.getLogger(__name__)
 WINDOW_NAME = "BatchSizeOptimizerClient"
 BATCH_SIZE_ENV = "ZEUS_BSO_BATCH_SIZE"
 TOKEN_ENV = "ZEUS_BSO_TOKEN"
-
-# Failures where the request never reached the server.
-_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Every failure of the connection, including a lost answer (a read error or timeout, a
-# connection closed before the response): retried only for idempotent requests.
-_RETRIED_ANYWAY = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 def _dist() -> Any:
@@ -145,6 +140,20 @@ class BatchSizeOptimizer(Callback):
         self.rank = rank
         self.max_retries = max_retries
         self.backoff = backoff
+        # Every call says whether the server takes a repeat of it as the request itself
+        # (`idempotent=`); a failure to connect is repeated for any request, as it never
+        # arrived. Any answer is final: the server's statuses say what is wrong, not "later".
+        self._service = http.Service(
+            "Zeus batch size optimizer server",
+            http.ErrorMap(transport=self._unreachable, status=self._refused),
+            http.RetryPolicy(
+                retries=max_retries,
+                backoff=http.Backoff(first_s=backoff),
+                statuses=frozenset(),
+                failures=http.lost_answer_failures(),
+                unsent_failures=http.never_sent_failures(),
+            ),
+        )
         self.current_batch_size = 0
         self.trial_number = 0
         self.cur_epoch = 0
@@ -170,12 +179,11 @@ class BatchSizeOptimizer(Callback):
             }
         )
 
-        headers = {}
-        token = os.environ.get(TOKEN_ENV)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(
-            base_url=server_url, timeout=timeout, headers=headers, transport=transport
+        self._http = http.open_client(
+            server_url,
+            timeout=timeout,
+            token=http.lookup_token(None, TOKEN_ENV),
+            transport=transport,
         )
         if self.rank == 0:
             # With its job_id given, a registration repeated after a lost answer finds the
@@ -201,31 +209,29 @@ class BatchSizeOptimizer(Callback):
             url: Path on the server.
             idempotent: Whether the server treats a repeat of the request as the request
                 itself, so that it may be retried even when it may have reached the server.
-            **kwargs: Passed to `httpx.Client.request`.
+            **kwargs: Passed to `httpx.Client.build_request`.
+
+        Raises:
+            ZeusBSORuntimError: no answer after the retries, or a non-2xx answer.
 
         """
-        retried = _RETRIED_ANYWAY if idempotent else _NEVER_SENT
-        delay = self.backoff
-        for attempt in range(self.max_retries + 1):
-            try:
-                resp = self._http.request(method, url, **kwargs)
-                break
-            except retried as e:
-                if attempt == self.max_retries:
-                    raise ZeusBSORuntimError(
-                        f"Cannot reach the Zeus server at {self.server_url} after "
-                        f"{attempt + 1} attempts: {e!r}"
-                    ) from e
-                logger.warning("%s %s failed (%r); retrying in %.2f s", method, url, e, delay)
-                time.sleep(delay)
-                delay *= 2
-            except httpx.HTTPError as e:
-                raise ZeusBSORuntimError(f"Request {method} {url} failed: {e!r}") from e
-        if not 200 <= resp.status_code < 300:
-            raise ZeusBSORuntimError(
-                f"Zeus server returned status code {resp.status_code}: {resp.text}"
+        return self._service.send(self._http, method, url, idempotent=idempotent, **kwargs)
+
+    def _unreachable(self, failure: http.Failure) -> ZeusBSORuntimError:
+        if failure.retryable:
+            return ZeusBSORuntimError(
+                f"Cannot reach the Zeus server at {self.server_url} after "
+                f"{failure.attempts} attempts: {failure.error!r}"
             )
-        return resp
+        return ZeusBSORuntimError(
+            f"Request {failure.method} {failure.path} failed: {failure.error!r}"
+        )
+
+    @staticmethod
+    def _refused(failure: http.Failure) -> ZeusBSORuntimError:
+        return ZeusBSORuntimError(
+            f"Zeus server returned status code {failure.status}: {failure.text}"
+        )
 
     # -- API ----------------------------------------------------------------------------------
 

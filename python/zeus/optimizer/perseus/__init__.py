@@ -6,9 +6,14 @@ The client (`PerseusOptimizer`, a training callback) runs the plan the Perseus s
 """
 
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
-from zeus.optimizer.perseus.optimizer import PerseusOptimizer
+from zeus.optimizer.perseus.optimizer import PerseusOptimizer, ZeusPerseusServerError
 
 # Zeus 0.16 calls the client `PipelineFrequencyOptimizer` (in `zeus.optimizer.pipeline_frequency`).
 PipelineFrequencyOptimizer = PerseusOptimizer
 
-__all__ = ["FrequencyController", "PerseusOptimizer", "PipelineFrequencyOptimizer"]
+__all__ = [
+    "FrequencyController",
+    "PerseusOptimizer",
+    "PipelineFrequencyOptimizer",
+    "ZeusPerseusServerError",
+]

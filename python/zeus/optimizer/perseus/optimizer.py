@@ -10,16 +10,21 @@ client works end to end, reports what it measured, and does not need PyTorch:
 - Every iteration, `on_step_end` posts the iteration's `ProfilingResult` (time and energy per
   instruction, measured with the GPU's energy counter and the backend clock) and fetches the
   next schedule. Fetching waits until every rank finished the iteration.
+- A server that cannot be reached, or refuses a request, raises `ZeusPerseusServerError`
+  (also a `RuntimeError`, which the client raised before). No request is repeated but the
+  search of the other ranks for the job, which waits `timeout` for rank 0 to register it.
 """
 
 from __future__ import annotations
 
-import time
+import dataclasses
+import logging
 from collections import defaultdict
 from typing import Any, Optional
 
 from zeus.callback import Callback
 from zeus.device import get_gpus
+from zeus.exception import ZeusBaseError
 from zeus.optimizer.perseus.common import (
     GET_FREQUENCY_SCHEDULE_URL,
     GET_JOB_ID_URL,
@@ -32,12 +37,60 @@ from zeus.optimizer.perseus.common import (
     RankInfo,
 )
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
+from zeus.util import http
 from zeus.util.framework import cuda_sync, sync_available
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["PerseusOptimizer"]
+__all__ = ["PerseusOptimizer", "ZeusPerseusServerError"]
+
+# A rank looking for the job rank 0 registers asks again this often until it is there.
+_JOB_LOOKUP_INTERVAL_S = 0.05
+
+
+class ZeusPerseusServerError(ZeusBaseError, RuntimeError):
+    """The Perseus server could not be reached, refused a request, or answered nonsense.
+
+    Also a `RuntimeError`: what the client raised for these before it had a class of its own,
+    so code catching that keeps working.
+    """
+
+
+def _unreachable(failure: http.Failure) -> ZeusPerseusServerError:
+    verb = "did not answer" if failure.timed_out else "cannot be reached"
+    return ZeusPerseusServerError(
+        f"Perseus server: {failure.method} {failure.url} {verb} "
+        f"({type(failure.error).__name__}: {failure.error})"
+    )
+
+
+def _refused(failure: http.Failure) -> ZeusPerseusServerError:
+    return ZeusPerseusServerError(
+        f"Perseus server: {failure.method} {failure.path} failed ({failure.status}): {failure.text}"
+    )
+
+
+def _not_json(failure: http.Failure) -> ZeusPerseusServerError:
+    return ZeusPerseusServerError(
+        f"Perseus server: {failure.method} {failure.path} answered with non-JSON: "
+        f"{failure.text[:200]!r}"
+    )
+
+
+def _schedule_refused(failure: http.Failure) -> ZeusPerseusServerError:
+    return ZeusPerseusServerError(
+        f"Perseus server: schedule request failed ({failure.status}): {failure.text}"
+    )
+
+
+_ERRORS = http.ErrorMap(transport=_unreachable, status=_refused, body=_not_json, success=(200,))
+# Registering and reporting change the server's state, and a schedule request waits for the
+# other ranks: none is repeated.
+_SERVICE = http.Service("Perseus server", _ERRORS)
+_SCHEDULES = dataclasses.replace(
+    _SERVICE, errors=dataclasses.replace(_ERRORS, status=_schedule_refused)
+)
 
 
 def _torch_dist_initialized() -> bool:
@@ -100,9 +153,14 @@ class PerseusOptimizer(Callback):
         timeout: float = 60.0,
         num_microbatches: Optional[int] = None,
     ) -> None:
-        """Register with the server, start the frequency controller, get the first plan."""
-        import httpx
+        """Register with the server, start the frequency controller, get the first plan.
 
+        Raises:
+            ZeusPerseusServerError: the server cannot be reached or refused a request.
+            ValueError: a rank other than 0 has neither `job_id`, `torch.distributed` nor
+                `job_metadata` to find the job by.
+
+        """
         self.rank = rank
         self.dp_rank = dp_rank
         self.pp_rank = pp_rank
@@ -114,7 +172,7 @@ class PerseusOptimizer(Callback):
         self.wait_for_frequency = wait_for_frequency
         self.report_results = report_results
         self.timeout = timeout
-        self._http = httpx.Client(base_url=self.server_url, timeout=timeout)
+        self._http = http.open_client(self.server_url, timeout=timeout)
 
         self.gpus = get_gpus()
         mem = max(self.gpus.get_supported_memory_clocks(device_id))
@@ -148,16 +206,13 @@ class PerseusOptimizer(Callback):
     # Server communication ------------------------------------------------------------------
 
     def _post(self, url: str, model: Any) -> Any:
-        resp = self._http.post(
+        return _SERVICE.send_json(
+            self._http,
+            "POST",
             url,
             content=model.model_dump_json(),
             headers={"Content-Type": "application/json"},
         )
-        if resp.status_code != 200:
-            raise RuntimeError(
-                f"Perseus server: POST {url} failed ({resp.status_code}): {resp.text}"
-            )
-        return resp.json()
 
     def _get_job_id(self, job_info: JobInfo) -> str:
         if _torch_dist_initialized():
@@ -176,38 +231,53 @@ class PerseusOptimizer(Callback):
                 "Without torch.distributed, ranks other than 0 find the job by job_metadata "
                 "(or pass job_id); job_metadata is empty"
             )
-        deadline = time.monotonic() + self.timeout
-        while True:
-            resp = self._http.get(GET_JOB_ID_URL, params={"job_metadata": job_info.job_metadata})
-            if resp.status_code == 200:
-                return resp.json()
-            if resp.status_code != 404 or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Perseus server: no job with metadata {job_info.job_metadata!r} "
-                    f"({resp.status_code}): {resp.text}"
-                )
-            time.sleep(0.05)
+        metadata = job_info.job_metadata
+
+        def not_found(failure: http.Failure) -> ZeusPerseusServerError:
+            return ZeusPerseusServerError(
+                f"Perseus server: no job with metadata {metadata!r} "
+                f"({failure.status}): {failure.text}"
+            )
+
+        # 404 until rank 0 has registered the job: asked again until `timeout` has passed.
+        lookup = http.Service(
+            "Perseus server",
+            dataclasses.replace(_ERRORS, status=not_found),
+            http.RetryPolicy(
+                retries=None,
+                max_elapsed_s=self.timeout,
+                backoff=http.Backoff(first_s=_JOB_LOOKUP_INTERVAL_S, factor=1.0),
+                statuses=frozenset({404}),
+                failures=(),
+                log_level=logging.DEBUG,
+            ),
+        )
+        return lookup.send_json(
+            self._http, "GET", GET_JOB_ID_URL, params={"job_metadata": metadata}
+        )
 
     def _register_job(self, job_info: JobInfo) -> str:
         job_id = self._post(REGISTER_JOB_URL, job_info)
         if not isinstance(job_id, str):
-            raise RuntimeError(f"Perseus server returned a non-string job id: {job_id!r}")
+            raise ZeusPerseusServerError(f"Perseus server returned a non-string job id: {job_id!r}")
         logger.info("Registered Perseus job %s", job_id)
         return job_id
 
     def _fetch_schedule(self) -> list[tuple[str, int]]:
-        resp = self._http.get(
+        # No read timeout: the schedule comes once every rank has reported, however slow one
+        # is.
+        body = _SCHEDULES.send_json(
+            self._http,
+            "GET",
             GET_FREQUENCY_SCHEDULE_URL.format(job_id=self.job_id),
             params={"rank": self.rank},
-            timeout=None,
+            timeout=http.timeouts(None),
         )
-        if resp.status_code != 200:
-            raise RuntimeError(
-                f"Perseus server: schedule request failed ({resp.status_code}): {resp.text}"
-            )
-        sched = FrequencySchedule.model_validate(resp.json())
+        sched = FrequencySchedule.model_validate(body)
         if sched.rank != self.rank:
-            raise RuntimeError(f"Got the schedule of rank {sched.rank}, expected {self.rank}")
+            raise ZeusPerseusServerError(
+                f"Got the schedule of rank {sched.rank}, expected {self.rank}"
+            )
         return list(sched.frequencies)
 
     # Measurement ---------------------------------------------------------------------------
