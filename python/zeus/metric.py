@@ -54,7 +54,7 @@ from urllib.parse import urlsplit
 
 from zeus.device import get_gpus
 from zeus.monitor import Measurement, PowerMonitor, ZeusMonitor
-from zeus.util.framework import cuda_sync, sync_available
+from zeus.util.framework import imported_sync
 from zeus.util.indices import check_indices
 
 __all__ = ["EnergyCumulativeCounter", "EnergyHistogram", "Metric", "PowerGauge"]
@@ -194,11 +194,12 @@ def _energies(measurement: Measurement) -> list[tuple[str, dict[int, float]]]:
 
 def _sync(gpu_indices: Sequence[int] | None) -> None:
     """Wait for the GPU work the framework queued on these GPUs (`None`: every visible one)."""
-    if not sync_available():
+    sync = imported_sync()
+    if sync is None:
         return
     indices = range(len(get_gpus())) if gpu_indices is None else gpu_indices
     for i in indices:
-        cuda_sync(i)
+        sync(i)
 
 
 # ---- pushing --------------------------------------------------------------------------------

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 from functools import partial
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 from zeus import _core
 from zeus.device import GPUs, get_gpus
 from zeus.device.cpu import get_cpus
 from zeus.monitor.power import PowerMonitor
-from zeus.util.framework import FRAMEWORKS, SyncWith, cuda_sync, sync_available, syncer
+from zeus.util.framework import FRAMEWORKS, SyncWith, imported_sync
 from zeus.util.indices import check_indices
 
 Measurement = _core.Measurement
@@ -28,23 +27,6 @@ __all__ = ["Measurement", "Provenance", "ZeusMonitor"]
 
 # The energy sampler is a Rust thread; stop it before the interpreter finalises.
 atexit.register(_core.stop_sampler)
-
-
-def _resolve_sync() -> Callable[[int], None] | None:
-    """The framework's sync, looked up when a window asks for one, or None.
-
-    Only a framework the program has imported can have queued GPU work, so none is imported
-    here (importing PyTorch takes seconds): without one this is None, and the next window
-    asks again.
-    """
-    if not any(name in sys.modules for name in FRAMEWORKS):
-        return None
-    return cuda_sync if sync_available() else None
-
-
-def _resolve_sync_with(framework: SyncWith) -> Callable[[int], None] | None:
-    """`_resolve_sync` for one named framework."""
-    return syncer(framework) if framework in sys.modules else None
 
 
 class ZeusMonitor(_core.ZeusMonitor):
@@ -166,10 +148,12 @@ class ZeusMonitor(_core.ZeusMonitor):
                 f"sync_execution_with={sync_execution_with!r}: expected one of "
                 f"{', '.join(repr(f) for f in FRAMEWORKS)} or None"
             )
+        # Looked up when a window first asks for a sync (and again after a miss, once a module
+        # was imported): only a framework the program imported can have queued GPU work.
         resolve_sync = (
-            _resolve_sync
+            imported_sync
             if sync_execution_with is None
-            else partial(_resolve_sync_with, sync_execution_with)
+            else partial(imported_sync, sync_execution_with)
         )
         cpu_only = indices == [] and cpus is not None
         self.gpus: GPUs | None = None if cpu_only else get_gpus()

@@ -1,11 +1,19 @@
-"""Synchronising with the deep-learning framework (PyTorch, JAX, CuPy), all optional."""
+"""Synchronising with the deep-learning framework (PyTorch, JAX, CuPy), all optional.
+
+One path syncs for every caller (`ZeusMonitor`'s windows, `zeus.metric`, Perseus, `cuda_sync`):
+`imported_sync` looks only at the frameworks the program has imported. Only those can have
+queued GPU work, and importing one to ask (PyTorch takes seconds) would cost a program that
+uses none. `sync_execution` (Zeus 0.16) is the one door that imports the framework it is
+named, because the caller named it.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 SyncWith = Literal["torch", "jax", "cupy"]
 FRAMEWORKS: tuple[SyncWith, ...] = ("torch", "jax", "cupy")
@@ -47,37 +55,42 @@ def cupy_is_available() -> bool:
         return False
 
 
+def imported_sync(sync_with: SyncWith | None = None) -> Callable[[int | None], None] | None:
+    """The function syncing one GPU through the framework the program imported, or None.
+
+    With `sync_with`, only that framework; else PyTorch, then JAX, then CuPy, the first that
+    is imported and sees a GPU. None when none is: nothing can have been queued through a
+    framework that is not imported. No framework is imported here.
+    """
+    for name in FRAMEWORKS if sync_with is None else (sync_with,):
+        if name in sys.modules:
+            sync = syncer(name)
+            if sync is not None:
+                return sync
+    return None
+
+
 def sync_available() -> bool:
-    """Whether any framework can synchronise a GPU here."""
-    return torch_is_available() or jax_is_available() or cupy_is_available()
+    """Whether a framework the program imported can synchronise a GPU here."""
+    return imported_sync() is not None
 
 
 def cuda_sync(device: int | None = None) -> None:
-    """Wait for the GPU work queued by the framework to finish.
+    """Wait for the GPU work queued by the framework the program imported to finish.
 
-    Uses PyTorch, else JAX, else CuPy.
+    Uses PyTorch, else JAX, else CuPy (see `imported_sync`).
+
+    Args:
+        device: The framework's GPU index; None is the framework's current GPU.
 
     Raises:
-        RuntimeError: no framework with GPU support is available.
+        RuntimeError: no imported framework with GPU support.
 
     """
-    if torch_is_available():
-        import torch
-
-        torch.cuda.synchronize(device)
-        return
-    if jax_is_available():
-        import jax
-
-        (jax.device_put(0.0) + 0).block_until_ready()
-        return
-    if cupy_is_available():
-        import cupy
-
-        dev: Any = cupy.cuda.Device(device) if device is not None else cupy.cuda.Device()
-        dev.synchronize()
-        return
-    raise RuntimeError("No frameworks are available.")
+    sync = imported_sync()
+    if sync is None:
+        raise RuntimeError("No frameworks are available.")
+    sync(device)
 
 
 def sync_execution(gpu_devices: Iterable[int], sync_with: SyncWith = "torch") -> None:
@@ -99,7 +112,7 @@ def sync_execution(gpu_devices: Iterable[int], sync_with: SyncWith = "torch") ->
         sync(i)
 
 
-def syncer(sync_with: str) -> Callable[[int], None] | None:
+def syncer(sync_with: str) -> Callable[[int | None], None] | None:
     """The function syncing one GPU through framework `sync_with`.
 
     None when that framework is not available with a GPU: nothing can have been queued
@@ -116,17 +129,20 @@ def syncer(sync_with: str) -> Callable[[int], None] | None:
     if sync_with == "torch" and torch_is_available():
         import torch
 
-        return lambda i: torch.cuda.synchronize(i)
+        return lambda i: torch.cuda.synchronize(i)  # None: the current device
     if sync_with == "jax" and jax_is_available():
         import jax
 
-        def jax_sync(i: int) -> None:
+        def jax_sync(i: int | None) -> None:
             gpus = [d for d in jax.devices() if d.platform == "gpu"]
-            (jax.device_put(0.0, gpus[i]) + 0).block_until_ready()
+            (jax.device_put(0.0, gpus[i or 0]) + 0).block_until_ready()
 
         return jax_sync
     if sync_with == "cupy" and cupy_is_available():
         import cupy
 
-        return lambda i: cupy.cuda.Device(i).synchronize()
+        def cupy_sync(i: int | None) -> None:
+            (cupy.cuda.Device(i) if i is not None else cupy.cuda.Device()).synchronize()
+
+        return cupy_sync
     return None

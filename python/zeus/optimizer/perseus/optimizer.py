@@ -38,7 +38,7 @@ from zeus.optimizer.perseus.common import (
 )
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
 from zeus.util import http
-from zeus.util.framework import cuda_sync, sync_available
+from zeus.util.framework import imported_sync
 from zeus.util.logging import get_logger
 
 logger = get_logger(__name__)
@@ -291,8 +291,9 @@ class PerseusOptimizer(Callback):
     def _sync(self) -> None:
         # Wait for queued GPU work so times and energies belong to the right instruction;
         # without a framework (e.g. the simulated GPU) there is nothing queued.
-        if sync_available():
-            cuda_sync(self.device_id)
+        sync = imported_sync()
+        if sync is not None:
+            sync(self.device_id)
 
     def _sample(self) -> tuple[float, float]:
         """(backend clock s, energy J) now."""
