@@ -297,12 +297,12 @@ def _imported(monkeypatch, *names: str) -> None:
 
 @pytest.fixture
 def auto_syncs(monkeypatch) -> list[int]:
-    """The GPUs the monitor's framework-sync lookup (`cuda_sync`) is called for, in order."""
-    import zeus.monitor.energy as energy
+    """The GPUs an imported framework's sync is called for, in order (every framework sees a
+    GPU: its `syncer` records the calls)."""
+    from zeus.util import framework
 
     calls: list[int] = []
-    monkeypatch.setattr(energy, "sync_available", lambda: True)
-    monkeypatch.setattr(energy, "cuda_sync", calls.append)
+    monkeypatch.setattr(framework, "syncer", lambda name: calls.append)
     return calls
 
 
@@ -342,12 +342,10 @@ def test_sync_execution_is_zeus016s_name_of_sync_cuda(sim_gpus, monkeypatch, aut
 
 def test_sync_execution_with_picks_the_framework(sim_gpus, monkeypatch):
     sim_gpus("A40,V100")
-    import zeus.monitor.energy as energy
+    from zeus.util import framework
 
     calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(energy, "syncer", lambda name: lambda i: calls.append((name, i)))
-    monkeypatch.setattr(energy, "cuda_sync", lambda i: calls.append(("auto", i)))
-    monkeypatch.setattr(energy, "sync_available", lambda: True)
+    monkeypatch.setattr(framework, "syncer", lambda name: lambda i: calls.append((name, i)))
     _imported(monkeypatch)
     mon = ZeusMonitor(gpu_indices=[1], sync_execution_with="jax")
     mon.begin_window("w", sync_cuda=False)
