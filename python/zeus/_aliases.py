@@ -3,7 +3,8 @@
 The recurring-job concern lives in one folder, `zeus.optimizer.recurring`; its modules keep
 the import paths of zeus 0.8.2 (`zeus.job`, `zeus.policy`, `zeus.run`, `zeus.simulate`,
 `zeus.controller`) and of Zeus 0.16 (`zeus._legacy.*`). Zeus 0.16 renamed `zeus.util` to
-`zeus.utils` and Perseus' package to `pipeline_frequency`; the simulated GPU was `zeus.sim`.
+`zeus.utils` and Perseus' package to `pipeline_frequency`; the simulated GPU was `zeus.sim`;
+Zeus 0.16's `zeus.metric` (Pushgateway metrics) lives with the monitors, in `zeus.monitor.metric`.
 
 An alias imports as the very module it names, not a copy: `zeus.utils.metric is
 zeus.util.metric`, so classes and module state are shared. A meta-path finder maps every
@@ -31,6 +32,7 @@ ALIASES = {
     "zeus.controller": "zeus.optimizer.recurring.controller",
     "zeus._legacy": "zeus.optimizer.recurring",
     "zeus.sim": "zeus.device.sim",
+    "zeus.metric": "zeus.monitor.metric",
 }
 
 

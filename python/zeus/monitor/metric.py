@@ -1,5 +1,8 @@
 """Push energy and power measurements to a Prometheus Pushgateway (Zeus 0.16's `zeus.metric`).
 
+It lives with the monitors it measures through; `zeus.metric` (Zeus 0.16's path) is an alias
+of this module (`zeus._aliases`).
+
 Three objects, each with `begin_window(name)` / `end_window(name)` like `ZeusMonitor`:
 
 - `EnergyHistogram`: every closed window's energy per device is observed into a histogram and
@@ -53,13 +56,15 @@ from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from zeus.device import get_gpus
-from zeus.monitor import Measurement, PowerMonitor, ZeusMonitor
+from zeus.monitor.energy import Measurement, ZeusMonitor
+from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import imported_sync
 from zeus.util.indices import check_indices
 
 __all__ = ["EnergyCumulativeCounter", "EnergyHistogram", "Metric", "PowerGauge"]
 
-logger = logging.getLogger(__name__)
+# Zeus 0.16's logger name, which programs filter by.
+logger = logging.getLogger("zeus.metric")
 
 DEFAULT_GPU_BUCKETS = (50.0, 100.0, 200.0, 500.0, 1000.0)
 DEFAULT_CPU_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
