@@ -154,7 +154,7 @@ def _mean_intensity(provider: Steps, t0: float, t1: float) -> float:
 
 
 def _slicer_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "zeus-period-slicer"]
+    return [t for t in threading.enumerate() if t.name == "zeus-slicer"]
 
 
 def _wait_no_slicer() -> None:

@@ -461,3 +461,26 @@ def test_pre_volta_on_the_real_clock_samples_in_the_background(sim_gpus):
     want = zeus.device.sim.true_energy(0) - e0
     assert m.energy[0] == pytest.approx(want, rel=0.05)
     assert mon.power_monitor.num_samples >= 10
+
+
+def test_cut_slices_add_up_to_the_window_they_cut(sim_gpus):
+    """`cut_window` ends a slice and starts the next from the same reads: nothing is lost or
+    counted twice between slices, and the window stays open under its name."""
+    sim_gpus("A40,V100")
+    mon = ZeusMonitor(gpu_indices=[0, 1])
+    mon.begin_window("whole")
+    mon.begin_window("cut")  # the virtual clock has not moved: the same start
+    slices = []
+    for k in range(5):
+        zeus.device.sim.set_busy(0, k % 2 == 0)
+        zeus.device.sim.advance(0.7)
+        slices.append(mon.cut_window("cut"))
+    zeus.device.sim.advance(0.4)
+    slices.append(mon.end_window("cut"))
+    whole = mon.end_window("whole")
+    assert sum(s.time for s in slices) == pytest.approx(whole.time)
+    for i in (0, 1):
+        assert sum(s.energy[i] for s in slices) == pytest.approx(whole.energy[i], rel=1e-9)
+    assert slices[0].energy[0] > slices[1].energy[0]  # busy, then idle
+    with pytest.raises(ValueError, match="'cut' does not exist"):
+        mon.cut_window("cut")

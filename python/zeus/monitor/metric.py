@@ -23,8 +23,10 @@ Pushgateway under `job`. As in Zeus, every push replaces the metrics of the whol
 
 Differences from Zeus 0.16, all deliberate:
 
-- The counter and the gauge run a daemon thread per open window instead of a spawned process; it
-  stops at `end_window` and, for windows still open, at interpreter exit (after a last push).
+- The counter and the gauge are updated by one thread shared by every window of every metric
+  (`zeus.monitor.slicer`, which also cuts `PeriodWindows`), instead of a spawned process per
+  window, and pushed from a pusher thread; updates stop at `end_window` and, for windows still
+  open, at interpreter exit (after a last push).
 - One registry per metric object: concurrent windows of one object are pushed together instead of
   each window's push erasing the others' series.
 - The counter counts exactly from `begin_window` to `end_window` (the last, partial period is
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import abc
 import atexit
+import functools
 import logging
 import math
 import threading
@@ -56,6 +59,7 @@ from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from zeus.device import get_gpus
+from zeus.monitor import slicer
 from zeus.monitor.energy import Measurement, ZeusMonitor
 from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import imported_sync
@@ -220,6 +224,9 @@ class _Pusher:
         self.registry = self.prom.CollectorRegistry()
         self._lock = threading.Lock()
         self._failing = False
+        self._lock_soon = threading.Lock()
+        self._wanted: str | None = None
+        self._pushing = False
 
     def push(self) -> None:
         """Push the registry now; raises what `push_to_gateway` raises."""
@@ -227,6 +234,28 @@ class _Pusher:
             self.prom.push_to_gateway(
                 self.url, job=self.job, registry=self.registry, timeout=PUSH_TIMEOUT_S
             )
+
+    def push_soon(self, what: str) -> None:
+        """Push from a pusher thread, not the caller's.
+
+        Requests made while a push runs are served by one more push, not one each. Failures
+        are logged as by `push_logged`.
+        """
+        with self._lock_soon:
+            self._wanted = what
+            if self._pushing:
+                return
+            self._pushing = True
+        threading.Thread(target=self._push_wanted, name="zeus-metric-push", daemon=True).start()
+
+    def _push_wanted(self) -> None:
+        while True:
+            with self._lock_soon:
+                what, self._wanted = self._wanted, None
+                if what is None:
+                    self._pushing = False
+                    return
+            self.push_logged(what)
 
     def push_logged(self, what: str) -> bool:
         """Push; log a failure (once until a push succeeds again) instead of raising."""
@@ -420,15 +449,14 @@ class EnergyHistogram(Metric):
 
 
 class _Window:
-    """An open window of a periodic metric: its thread, stop signal and measuring object."""
+    """An open window of a periodic metric: its schedule on the slicer and measuring object."""
 
     def __init__(self, name: str, source: Any) -> None:
         self.name = name
         self.source = source
-        self.stop = threading.Event()
         self.lock = threading.Lock()
         self.closed = False
-        self.thread: threading.Thread | None = None
+        self.schedule: slicer.Schedule | None = None
 
 
 # Periodic metrics with open windows, closed at interpreter exit.
@@ -436,7 +464,7 @@ _live: weakref.WeakSet[_PeriodicMetric] = weakref.WeakSet()
 
 
 class _PeriodicMetric(Metric):
-    """A metric whose open windows each have a thread that updates and pushes periodically."""
+    """A metric whose open windows are updated periodically by the slicer thread and pushed."""
 
     _kind_name = "metric"
 
@@ -470,10 +498,11 @@ class _PeriodicMetric(Metric):
     def _finish(self, window: _Window) -> None:
         """After the last update: release the source, adjust the registry."""
 
-    # Whether a window's thread updates and pushes as soon as it starts (else a period later).
+    # Whether a window is updated and pushed as soon as it starts (else a period later).
     _update_at_start = False
 
     def _tick(self, window: _Window) -> None:
+        """On the slicer thread: update the metric (quick); the push goes to the pusher."""
         with window.lock:
             if window.closed:
                 return
@@ -482,16 +511,10 @@ class _PeriodicMetric(Metric):
             except Exception:
                 logger.exception("%s window %r: update failed", self._kind_name, window.name)
                 return
-        self._pusher.push_logged(f"{self._kind_name} window {window.name!r}")
-
-    def _run(self, window: _Window) -> None:
-        if self._update_at_start:
-            self._tick(window)
-        while not window.stop.wait(self.update_period):
-            self._tick(window)
+        self._pusher.push_soon(f"{self._kind_name} window {window.name!r}")
 
     def begin_window(self, name: str, sync_execution: bool = False) -> None:
-        """Start window `name`: a thread updates and pushes the metric every `update_period`.
+        """Start window `name`: the metric is updated and pushed every `update_period`.
 
         Args:
             name: Window name (the `window` label).
@@ -508,18 +531,16 @@ class _PeriodicMetric(Metric):
             if sync_execution:
                 _sync(self.gpu_indices)
             window = _Window(name, self._start(name))
-            window.thread = threading.Thread(
-                target=self._run,
-                args=(window,),
-                name=f"zeus-metric-{self._kind_name}-{name}",
-                daemon=True,
-            )
             self._windows[name] = window
             _live.add(self)
-        window.thread.start()
+            window.schedule = slicer.every(
+                self.update_period,
+                functools.partial(self._tick, window),
+                now=self._update_at_start,
+            )
 
     def end_window(self, name: str, sync_execution: bool = False) -> None:
-        """End window `name`: stop its thread, record the rest of the window and push.
+        """End window `name`: stop its updates, record the rest of the window and push.
 
         A push that fails is logged, not raised.
 
@@ -541,13 +562,12 @@ class _PeriodicMetric(Metric):
         self._close(window)
 
     def _close(self, window: _Window) -> None:
-        window.stop.set()
+        if window.schedule is not None:
+            window.schedule.cancel()
         with window.lock:
             if not window.closed:
                 self._update(window, final=True)
                 window.closed = True
-        if window.thread is not None and window.thread is not threading.current_thread():
-            window.thread.join(timeout=PUSH_TIMEOUT_S + 5)
         self._finish(window)
         self._pusher.push_logged(f"{self._kind_name} window {window.name!r}")
 
@@ -575,7 +595,7 @@ atexit.register(_close_open_windows)
 class EnergyCumulativeCounter(_PeriodicMetric):
     """Cumulative energy per device as Prometheus counters, pushed periodically.
 
-    While window `name` is open, a daemon thread adds the energy of the last `update_period`
+    While window `name` is open, the slicer thread adds the energy of the last `update_period`
     seconds to `energy_monitor_gpu_energy_joules_total{window=name, index=i}` (and the CPU and
     DRAM counters when CPUs are measured) and pushes; `end_window` adds the rest of the window,
     so a window's total is its energy from `begin_window` to `end_window`.
@@ -656,9 +676,12 @@ class EnergyCumulativeCounter(_PeriodicMetric):
     def _update(self, window: _Window, final: bool) -> None:
         monitor: ZeusMonitor = window.source
         key = self._key(window.name)
-        measurement = monitor.end_window(key, sync_cuda=False)
-        if not final:
-            monitor.begin_window(key, sync_cuda=False)
+        # A cut: the next period starts from this period's end reads, so the increments add
+        # up to the window's energy with nothing lost between periods.
+        if final:
+            measurement = monitor.end_window(key, sync_cuda=False)
+        else:
+            measurement = monitor.cut_window(key)
         for kind, energies in _energies(measurement):
             counter = self._counter(kind)
             for index, joules in energies.items():
@@ -669,7 +692,7 @@ class EnergyCumulativeCounter(_PeriodicMetric):
 class PowerGauge(_PeriodicMetric):
     """GPU power as a Prometheus gauge, pushed periodically while a window is open.
 
-    While window `name` is open, a daemon thread reads each GPU's latest power from a
+    While window `name` is open, the slicer thread reads each GPU's latest power from a
     `PowerMonitor` every `update_period` seconds, sets
     `power_monitor_gpu_power_watts{window=name, index=i}` and pushes. `end_window` removes the
     window's series and pushes, so the Pushgateway stops reporting power for it.

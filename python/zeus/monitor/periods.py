@@ -3,10 +3,12 @@
 The periods are the hours of a tariff or of a carbon-intensity feed: each period's energy is
 charged that period's rate.
 
-`PeriodWindows` measures windows as `ZeusMonitor` does and, while any window is open, runs one
-thread that wakes at each period boundary and cuts every open window's running slice there.
-Slices are windows of an internal `ZeusMonitor`, so a cut costs microseconds. Used by
-`zeus.monitor.carbon` (gCO2eq/kWh per hour) and `zeus.monitor.price` ($/kWh per hour).
+`PeriodWindows` measures windows as `ZeusMonitor` does and, while any window is open, has the
+slicer thread (`zeus.monitor.slicer`, shared with every monitor that cuts windows in time) cut
+each open window's running slice at every period boundary. A slice is a window of an internal
+`ZeusMonitor`, cut with `cut_window`: the slices of a window add up to it, and a cut costs
+microseconds. Used by `zeus.monitor.carbon` (gCO2eq/kWh per hour) and `zeus.monitor.price`
+($/kWh per hour).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Optional
 
+from zeus.monitor import slicer
 from zeus.monitor.energy import Measurement, ZeusMonitor
 from zeus.util.framework import SyncWith
 
@@ -81,7 +84,14 @@ def charged_fields(
 
 @dataclass
 class _Window:
-    """An open window: its finished slices (period start, measurement) and the running one."""
+    """An open window: its finished slices, and the running one.
+
+    Attributes:
+        slices: (period start, measurement) of each finished slice.
+        running: The internal window the running slice is cut from.
+        period: The start of the running slice's period.
+
+    """
 
     slices: list[tuple[datetime, Measurement]] = field(default_factory=list)
     running: str = ""
@@ -100,9 +110,9 @@ class PeriodWindows:
         gpu_indices: As in `ZeusMonitor`.
         cpu_indices: As in `ZeusMonitor`.
         sync_execution_with: As in `ZeusMonitor`.
-        on_periods_ended: Called by the slicer thread, without any lock held, with the starts
-            of the periods it just closed (to fetch their rates while they are recent); its
-            errors are logged.
+        on_periods_ended: Called on a thread of its own, without any lock held, with the starts
+            of the periods the slicer just closed (to fetch their rates while they are
+            recent); its errors are logged.
 
     Raises:
         ValueError: `period` is not positive, or as `ZeusMonitor`.
@@ -133,10 +143,9 @@ class PeriodWindows:
         self._slices._set_short_window_warnings(False)
         self._on_periods_ended = on_periods_ended
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
         self._windows: dict[str, _Window] = {}
         self._names = itertools.count()
-        self._cutter: Optional[threading.Thread] = None
+        self._cuts: Optional[slicer.Schedule] = None
 
     @property
     def gpu_indices(self) -> list[int]:
@@ -163,18 +172,18 @@ class PeriodWindows:
             if key in self._windows:
                 raise ValueError(f"Measurement window '{key}' already exists")
             self.zeus_monitor.begin_window(key, sync_execution=sync_execution)
-            window = _Window()
+            window = _Window(running=f"__zeus_period_slice_{next(self._names)}")
+            window.period = self.period_start(datetime.now(timezone.utc))
             try:
-                self._start_slice(window, self.period_start(datetime.now(timezone.utc)))
+                self._slices.begin_window(window.running, sync_execution=False)
             except BaseException:
                 self.zeus_monitor.end_window(key, sync_execution=False, cancel=True)
                 raise
             self._windows[key] = window
-            if self._cutter is None:
-                self._cutter = threading.Thread(
-                    target=self._cut_at_boundaries, name="zeus-period-slicer", daemon=True
+            if self._cuts is None:
+                self._cuts = slicer.every(
+                    self.period.total_seconds(), self._cut_at_boundary, aligned=True
                 )
-                self._cutter.start()
 
     def periods(self, key: str) -> set[datetime]:
         """The starts of the periods window `key` has touched so far.
@@ -201,7 +210,9 @@ class PeriodWindows:
             m = self.zeus_monitor.end_window(key, sync_execution=sync_execution)
             last = self._slices.end_window(window.running, sync_execution=False)
             del self._windows[key]
-            self._wake.notify_all()
+            if not self._windows and self._cuts is not None:
+                self._cuts.cancel()
+                self._cuts = None
         return m, [*window.slices, (window.period, last)]
 
     def _open(self, key: str) -> _Window:
@@ -210,32 +221,26 @@ class PeriodWindows:
         except KeyError:
             raise ValueError(f"Measurement window '{key}' does not exist") from None
 
-    def _start_slice(self, window: _Window, period: datetime) -> None:
-        window.running = f"__zeus_period_slice_{next(self._names)}"
-        window.period = period
-        self._slices.begin_window(window.running, sync_execution=False)
+    def _cut_at_boundary(self) -> None:
+        """On the slicer thread, at a period boundary: cut every open window's slice there."""
+        ended = set()
+        with self._lock:
+            boundary = self.period_start(datetime.now(timezone.utc))
+            for window in self._windows.values():
+                if window.period < boundary:
+                    m = self._slices.cut_window(window.running)
+                    window.slices.append((window.period, m))
+                    ended.add(window.period)
+                    window.period = boundary
+        if ended and self._on_periods_ended is not None:
+            # It fetches rates over the network: not on the thread every cut shares.
+            threading.Thread(
+                target=self._report_ended, args=(ended,), name="zeus-periods-ended", daemon=True
+            ).start()
 
-    def _cut_at_boundaries(self) -> None:
-        """The slicer thread: at each period boundary, cut every open window's slice there."""
-        while True:
-            with self._lock:
-                if not self._windows:
-                    self._cutter = None
-                    return
-                now = datetime.now(timezone.utc)
-                boundary = self.period_start(now) + self.period
-                self._wake.wait(timeout=(boundary - now).total_seconds())
-                if datetime.now(timezone.utc) < boundary:
-                    continue  # woken by a window ending, not by the boundary
-                ended = set()
-                for window in self._windows.values():
-                    if window.period < boundary:
-                        m = self._slices.end_window(window.running, sync_execution=False)
-                        window.slices.append((window.period, m))
-                        ended.add(window.period)
-                        self._start_slice(window, self.period_start(datetime.now(timezone.utc)))
-            if ended and self._on_periods_ended is not None:
-                try:
-                    self._on_periods_ended(ended)
-                except Exception as e:
-                    logger.warning("after the periods %s ended: %s", sorted(ended), e)
+    def _report_ended(self, ended: set[datetime]) -> None:
+        assert self._on_periods_ended is not None
+        try:
+            self._on_periods_ended(ended)
+        except Exception as e:
+            logger.warning("after the periods %s ended: %s", sorted(ended), e)

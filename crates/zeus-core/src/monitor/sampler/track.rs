@@ -2383,10 +2383,28 @@ impl Track {
     /// `mark_end`, and remembers an extrapolated end so the bound learns how far such ends go
     /// wrong.
     pub fn window(&mut self, t0: f64, t1: f64, mark_end: bool) -> Option<WindowEstimate> {
+        self.window_from(t0, None, t1, mark_end).map(|(w, _)| w)
+    }
+
+    /// [`Track::window`] with the start edge given when `start` is: the end edge of the slice
+    /// before, when a window is cut, so that the slices' energies add up to the whole window's
+    /// (each edge is evaluated once, not again with what the cache learned since). Also the
+    /// end edge, for the slice after.
+    pub fn window_from(
+        &mut self,
+        t0: f64,
+        start: Option<Edge>,
+        t1: f64,
+        mark_end: bool,
+    ) -> Option<(WindowEstimate, Edge)> {
         if mark_end {
             self.add_hint(t1);
         }
-        let (e0, e1) = (self.edge(t0)?, self.edge(t1)?);
+        let e0 = match start {
+            Some(e) => e,
+            None => self.edge(t0)?,
+        };
+        let e1 = self.edge(t1)?;
         if !e1.settled && !e1.degraded {
             let last = self.anchors.back().map_or(t1, |a| a.t);
             let p = self.power_scale(t1);
@@ -2398,7 +2416,7 @@ impl Track {
                 );
             }
         }
-        Some(combine(e0, e1))
+        Some((combine(e0, e1), e1))
     }
 
     /// The window estimate without marking anything.

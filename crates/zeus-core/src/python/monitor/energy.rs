@@ -243,6 +243,29 @@ impl PyZeusMonitor {
         make_measurement(py, out.measurement)
     }
 
+    /// Close window `key` and reopen it at the same instant from the same reads: the
+    /// `Measurement` of the slice since the window opened or was last cut. Consecutive slices
+    /// add up to the whole window (an `end_window` then a `begin_window` would lose the energy
+    /// between their reads). `sync_cuda` (default False: cuts usually come from a thread of
+    /// their own) waits for queued GPU work first.
+    #[pyo3(signature = (key, sync_cuda = false))]
+    fn cut_window(
+        &self,
+        py: Python<'_>,
+        key: PyBackedStr,
+        sync_cuda: bool,
+    ) -> PyResult<Py<PyMeasurement>> {
+        let st = self.state()?;
+        if sync_cuda {
+            sync_all(py, st)?;
+        }
+        let out = lock(&st.core).cut_window(&key).py_err(py)?;
+        if !out.warnings.is_empty() {
+            warn(py, &out.warnings)?;
+        }
+        make_measurement(py, out.measurement)
+    }
+
     /// Turn off (or on) the warning for windows shorter than the counter's update period, for
     /// monitors whose windows are cut at boundaries of a program's own (`zeus.monitor.carbon`).
     fn _set_short_window_warnings(&self, on: bool) -> PyResult<()> {
