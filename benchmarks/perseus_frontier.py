@@ -26,7 +26,7 @@ CLOCKS = [1.0 - 0.88 * k / 9 for k in range(10)]
 
 
 def problem(divisor: int):
-    instrs, edges = _core.perseus_pipeline_1f1b(4, 8)
+    instrs, edges = _core.perseus.pipeline_1f1b(4, 8)
     raw = []
     for stage, _, kind in instrs:
         work = FORWARD_WORK[stage] * (1.0 if kind == "forward" else 2.0)
@@ -35,7 +35,7 @@ def problem(divisor: int):
             t = work * (COMPUTE_BOUND / f + 1.0 - COMPUTE_BOUND)
             opts.append((t, t * DYNAMIC_W * f**3))
         raw.append(opts)
-    t_allmax = _core.perseus_makespan(len(instrs), edges, [o[0][0] for o in raw])
+    t_allmax = _core.perseus.makespan(len(instrs), edges, [o[0][0] for o in raw])
     unit = t_allmax / divisor
     # Integer durations for both solvers: k units.
     quant = [[(math.ceil(t / unit), e) for t, e in opts] for opts in raw]
@@ -45,7 +45,7 @@ def problem(divisor: int):
 def run_zeus(instrs, edges, quant, unit):
     options = [[(k * unit, e) for k, e in opts] for opts in quant]
     t0 = time.perf_counter()
-    f = _core.perseus_compute_frontier(len(instrs), edges, options, unit)
+    f = _core.perseus.compute_frontier(len(instrs), edges, options, unit)
     return time.perf_counter() - t0, dict(zip(f.time_units, f.costs))
 
 

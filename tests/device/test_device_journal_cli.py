@@ -51,7 +51,7 @@ def test_journal_lists_both_kinds_and_restore_applies_them(
     assert f"GPU 1 ({gpus.get_uuid(1)}): unlocked GPU clocks" in out
     assert gpus.get_power_management_limit(0) == 200_000
     assert zeus.device.sim.steady_state(1) == base1
-    assert _core.journal_entries(state) == []
+    assert _core.settings.journal_entries(state) == []
 
 
 def test_restore_tries_every_gpu_and_exits_1_on_a_failure(
@@ -70,7 +70,7 @@ def test_restore_tries_every_gpu_and_exits_1_on_a_failure(
     assert "GPU 0" in captured.err and "cannot restore power limit" in captured.err
     assert "simulated fault" in captured.err
     assert gpus.get_power_management_limit(1) == 200_000
-    [left] = _core.journal_entries(state)
+    [left] = _core.settings.journal_entries(state)
     assert (left["uuid"], left["power_limit_mw"]) == (gpus.get_uuid(0), 150_000)
 
 
@@ -86,7 +86,7 @@ def test_an_original_outside_the_gpus_range_gives_the_driver_default(
     assert "set the default power limit 300000 mW" in out
     assert "the journaled 5000 mW is outside the GPU's range" in out
     assert gpus.get_power_management_limit(0) == 300_000
-    assert _core.journal_entries(state) == []
+    assert _core.settings.journal_entries(state) == []
 
 
 # The acceptance cases of the journal: in every one the GPU ends at its original limit after
@@ -150,7 +150,7 @@ def test_an_unreadable_entry_is_moved_aside_and_the_gpu_gets_the_default(
     # The GPU can be journaled again at once.
     guard = SettingsGuard(gpus, state)
     guard.set_power_limit(0, 200_000)
-    assert [e["power_limit_mw"] for e in _core.journal_entries(state)] == [ORIGINAL]
+    assert [e["power_limit_mw"] for e in _core.settings.journal_entries(state)] == [ORIGINAL]
     guard.restore()
 
 
@@ -206,7 +206,7 @@ def test_a_reused_pid_does_not_keep_a_dead_owners_limit(
         assert rc == 0
         assert "restored power limit 300000 mW" in capsys.readouterr().out
         assert gpus.get_power_management_limit(0) == ORIGINAL
-        assert _core.journal_entries(state) == []
+        assert _core.settings.journal_entries(state) == []
     finally:
         unrelated.kill()
         unrelated.wait()
@@ -244,7 +244,7 @@ def test_two_holders_the_first_exits_cleanly_the_second_is_sigkilled(
     guard_a.set_power_limit(0, 200_000)
     guard_b = SettingsGuard(gpus, state, owner_pid=b.pid)
     guard_b.set_power_limit(0, 150_000)
-    [entry] = _core.journal_entries(state)
+    [entry] = _core.settings.journal_entries(state)
     assert entry["power_limit_mw"] == ORIGINAL
     assert [h["pid"] for h in entry["holders"]] == [a.pid, b.pid]
 
@@ -255,7 +255,7 @@ def test_two_holders_the_first_exits_cleanly_the_second_is_sigkilled(
     a.stdin.flush()
     finish(a)
     assert gpus.get_power_management_limit(0) == 150_000
-    [entry] = _core.journal_entries(state)
+    [entry] = _core.settings.journal_entries(state)
     assert [h["pid"] for h in entry["holders"]] == [b.pid]
 
     # B is SIGKILLed: nothing of it runs to restore.
@@ -267,7 +267,7 @@ def test_two_holders_the_first_exits_cleanly_the_second_is_sigkilled(
     else:
         next_optimizer_start(gpus, state)
     assert gpus.get_power_management_limit(0) == ORIGINAL
-    assert _core.journal_entries(state) == []
+    assert _core.settings.journal_entries(state) == []
     # B's guard object lives here only because the simulator is per process; releasing it finds
     # the entry gone and just applies the original again.
     assert guard_b.restore() == [f"GPU 0: restored power limit {ORIGINAL} mW"]

@@ -87,7 +87,7 @@ def test_restore_undoes_every_kind_and_prints_one_line_per_gpu(
 ) -> None:
     pid = dead_process_journals(env)
     state = Path(env["ZEUS_STATE_DIR"])
-    assert {e["kind"] for e in _core.journal_entries(state)} == {"power_limit", "clocks"}
+    assert {e["kind"] for e in _core.settings.journal_entries(state)} == {"power_limit", "clocks"}
     # An entry of a process that still runs (this one) is left alone.
     write_entry(state, uuid(env, 1), pid=os.getpid(), gpu_clocks=True)
 
@@ -99,7 +99,7 @@ def test_restore_undoes_every_kind_and_prints_one_line_per_gpu(
         f"GPU 0 ({uuid(env, 0)}): restored power limit 250000 mW (journaled by process {pid})",
         f"GPU 0 ({uuid(env, 0)}): unlocked GPU and memory clocks (journaled by process {pid})",
     ]
-    [left] = _core.journal_entries(state)
+    [left] = _core.settings.journal_entries(state)
     assert (left["uuid"], left["pid"]) == (uuid(env, 1), os.getpid())
 
     entry_path(state, "clocks", uuid(env, 1)).unlink()
@@ -128,7 +128,7 @@ def test_a_failing_gpu_does_not_stop_the_others_and_exits_1(
     assert all(line.startswith("GPU 0 (") for line in proc.stdout.splitlines())
     assert len(proc.stdout.splitlines()) == 2
     assert "GPU 1" in proc.stderr and "cannot restore power limit" in proc.stderr
-    [left] = _core.journal_entries(state)
+    [left] = _core.settings.journal_entries(state)
     assert (left["kind"], left["uuid"], left["power_limit_mw"]) == (
         "power_limit",
         uuid(env, 1),

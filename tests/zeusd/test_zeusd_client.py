@@ -118,14 +118,14 @@ def _client_journal(tmp_path: Path) -> list[Any]:
     """What the client journaled locally: files in its state dir, and the entries read back."""
     state = tmp_path / "client-state"
     files = sorted(p.name for p in state.rglob("*")) if state.exists() else []
-    return files + list(_core.journal_entries(state))
+    return files + list(_core.settings.journal_entries(state))
 
 
 def _daemon_clock_locks(state_dir: Path) -> dict[str, tuple[bool, bool]]:
     """The clocks the daemon journaled as locked, by GPU UUID: (graphics, memory)."""
     return {
         e["uuid"]: (e["gpu_clocks"], e["memory_clocks"])
-        for e in _core.journal_entries(state_dir)
+        for e in _core.settings.journal_entries(state_dir)
         if e["kind"] == "clocks"
     }
 

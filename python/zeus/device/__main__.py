@@ -64,7 +64,7 @@ def _holders(entry: dict[str, Any]) -> str:
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    state_dir = args.state_dir if args.state_dir is not None else _core.journal_dir()
+    state_dir = args.state_dir if args.state_dir is not None else _core.settings.journal_dir()
     try:
         return _run(args.command, args.all if args.command == "restore" else False, state_dir)
     except OSError as e:
@@ -77,8 +77,8 @@ def _main(argv: list[str]) -> int:
 
 def _run(command: str, include_live: bool, state_dir: Path) -> int:
     if command == "journal":
-        entries = _core.journal_entries(state_dir)
-        unreadable = _core.journal_unreadable(state_dir)
+        entries = _core.settings.journal_entries(state_dir)
+        unreadable = _core.settings.journal_unreadable(state_dir)
         if not entries and not unreadable:
             print(f"No journaled GPU settings in {state_dir}.")
         for e in entries:
@@ -99,14 +99,14 @@ def _run(command: str, include_live: bool, state_dir: Path) -> int:
 
     from zeus.device import get_gpus
 
-    done, failed = _core.journal_restore(get_gpus(), include_live, state_dir)
+    done, failed = _core.settings.journal_restore(get_gpus(), include_live, state_dir)
     for r in done:
         print(r["description"])
     for f in failed:
         print(f["description"], file=sys.stderr)
     if not done and not failed:
         print(f"Nothing to restore in {state_dir}.")
-    left = _core.journal_entries(state_dir)
+    left = _core.settings.journal_entries(state_dir)
     if left:
         print(
             f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} left (held by a running "

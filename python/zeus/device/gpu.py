@@ -22,7 +22,7 @@ from zeus.device.exception import __all__ as _exception_names
 from zeus.device.zeusd import ZeusdClient
 
 
-class GPUs(_core.GPUs):
+class GPUs(_core.device.GPUs):
     """The GPUs visible to this process.
 
     Method names follow the reference's GPU API (`get_name(i)`,
@@ -41,7 +41,7 @@ class GPUs(_core.GPUs):
     zeusd: Optional[ZeusdClient]
 
     def __init__(self, ensure_homogeneous: bool = False) -> None:
-        # `_core.GPUs.__new__` opened the backend; only the write path is decided here.
+        # `_core.device.GPUs.__new__` opened the backend; only the write path is decided here.
         self.zeusd = ZeusdClient.from_env()
 
     def _daemon_index(self, gpu_index: int) -> int:

@@ -62,7 +62,7 @@ def restore_all() -> None:
             guard.restore()
         except Exception as e:
             logger.error("Cannot restore a GPU setting through zeusd: %s", e)
-    for error in _core.restore_all_settings():
+    for error in _core.settings.restore_all_settings():
         logger.error("Cannot restore a GPU setting: %s", error)
 
 
@@ -85,7 +85,7 @@ def _install_hooks() -> None:
 class ZeusdSettingsGuard:
     """The settings guard of a process whose GPU writes go through zeusd.
 
-    The same methods as `zeus._core.SettingsGuard`, without a local journal: the daemon
+    The same methods as `zeus._core.settings.SettingsGuard`, without a local journal: the daemon
     journals what it changes and restores it should this process die. This object remembers,
     in memory, the power limit each GPU had before its first change and which clocks it
     locked; `restore()` gives those holds back to the daemon (`/gpu/release`), which restores
@@ -203,57 +203,58 @@ class ZeusdSettingsGuard:
 
 
 def SettingsGuard(
-    gpus: _core.GPUs, journal_dir: str | Path | None = None, owner_pid: int | None = None
-) -> Union[_core.SettingsGuard, ZeusdSettingsGuard]:
+    gpus: _core.device.GPUs, journal_dir: str | Path | None = None, owner_pid: int | None = None
+) -> Union[_core.settings.SettingsGuard, ZeusdSettingsGuard]:
     """A settings guard on `gpus`, with the exit and signal hooks installed.
 
-    A `zeus._core.SettingsGuard` (journaled, local restores), or a `ZeusdSettingsGuard` when
-    the writes of `gpus` go through zeusd (`gpus.zeusd` is set): then `journal_dir` and
+    A `zeus._core.settings.SettingsGuard` (journaled, local restores), or a
+    `ZeusdSettingsGuard` when the writes of `gpus` go through zeusd (`gpus.zeusd` is set): then
+    `journal_dir` and
     `owner_pid` are ignored, since the daemon journals and owns the changes.
 
     Args:
         gpus: The `GPUs` object (`zeus.device.get_gpus()`).
-        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
+        journal_dir: Journal directory; default `zeus._core.settings.journal_dir()`.
         owner_pid: Hold the changes on behalf of this running process (default: this one).
 
     """
-    guard: Union[_core.SettingsGuard, ZeusdSettingsGuard]
+    guard: Union[_core.settings.SettingsGuard, ZeusdSettingsGuard]
     if getattr(gpus, "zeusd", None) is not None:
         guard = ZeusdSettingsGuard(gpus)
         with _zeusd_guards_lock:
             _zeusd_guards[:] = [r for r in _zeusd_guards if r() is not None]
             _zeusd_guards.append(weakref.ref(guard))
     else:
-        guard = _core.SettingsGuard(gpus, journal_dir, owner_pid)
+        guard = _core.settings.SettingsGuard(gpus, journal_dir, owner_pid)
     _install_hooks()
     return guard
 
 
 def restore_stale(
-    gpus: _core.GPUs, include_live: bool = False, journal_dir: str | Path | None = None
+    gpus: _core.device.GPUs, include_live: bool = False, journal_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
     """Undo the journaled changes (power limits, locked clocks) no running process holds.
 
-    Every kind on every visible GPU is tried (`zeus._core.journal_restore`); what was restored
-    is logged as a warning (someone left the GPU changed), what cannot be restored as a warning
-    too, and stays journaled for the next try.
+    Every kind on every visible GPU is tried (`zeus._core.settings.journal_restore`); what was
+    restored is logged as a warning (someone left the GPU changed), what cannot be restored as a
+    warning too, and stays journaled for the next try.
 
     Args:
         gpus: The `GPUs` object.
         include_live: Also restore settings that running processes hold.
-        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
+        journal_dir: Journal directory; default `zeus._core.settings.journal_dir()`.
 
     With zeusd (`gpus.zeusd` set) nothing is done and `[]` returned: the daemon restores what
     its dead clients left, and this process may not write to the GPUs itself.
 
     Returns:
-        The restored settings, as the dicts of `zeus._core.journal_restore`.
+        The restored settings, as the dicts of `zeus._core.settings.journal_restore`.
 
     """
     if getattr(gpus, "zeusd", None) is not None:
         logger.debug("GPU writes go through zeusd, which restores stale settings itself.")
         return []
-    restored, failed = _core.journal_restore(gpus, include_live, journal_dir)
+    restored, failed = _core.settings.journal_restore(gpus, include_live, journal_dir)
     for r in restored:
         logger.warning("%s, left by a process that ended without restoring it.", r["description"])
     for f in failed:

@@ -288,14 +288,14 @@ def _table(title: str, rows: dict[str, str]) -> Table:
 class _Rows:
     """Streams new samples of a `PowerMonitor` into `out`, in `zeus-monitor`'s power log.
 
-    The schema is `zeus._core.PowerLog`'s: CSV, or JSON lines with `fmt="json"`.
+    The schema is `zeus._core.monitor.PowerLog`'s: CSV, or JSON lines with `fmt="json"`.
     """
 
     def __init__(self, out: TextIO, fmt: str, indices: list[int]) -> None:
         from zeus import _core
 
         self.out, self.indices = out, indices
-        self.log = _core.PowerLog("jsonl" if fmt == "json" else "csv", indices)
+        self.log = _core.monitor.PowerLog("jsonl" if fmt == "json" else "csv", indices)
         self.last = float("-inf")
         if self.log.header is not None:
             print(self.log.header, file=out, flush=True)

@@ -1,8 +1,8 @@
 """`ZeusMonitor`: time and GPU (and optionally CPU and DRAM) energy of named code windows.
 
 Window bookkeeping, energy-counter arithmetic and log writing live in the Rust extension
-(`zeus._core.ZeusMonitor`); this class only resolves the GPUs and the framework's CUDA sync, so
-`begin_window` and `end_window` are direct calls into Rust.
+(`zeus._core.monitor.ZeusMonitor`); this class only resolves the GPUs and the framework's
+CUDA sync, so `begin_window` and `end_window` are direct calls into Rust.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import FRAMEWORKS, SyncWith, imported_sync
 from zeus.util.indices import check_indices
 
-Measurement = _core.Measurement
-Provenance = _core.Provenance
+Measurement = _core.monitor.Measurement
+Provenance = _core.monitor.Provenance
 
 __all__ = ["Measurement", "Provenance", "ZeusMonitor"]
 
 # The energy sampler is a Rust thread; stop it before the interpreter finalises.
-atexit.register(_core.stop_sampler)
+atexit.register(_core.monitor.stop_sampler)
 
 
-class ZeusMonitor(_core.ZeusMonitor):
+class ZeusMonitor(_core.monitor.ZeusMonitor):
     """Measure the time and GPU energy of code windows.
 
     Windows are identified by name; any number may be open at once, nested or overlapping.
@@ -96,6 +96,16 @@ class ZeusMonitor(_core.ZeusMonitor):
 
     Do not create a monitor at module level of code that spawns processes; create it where it
     is used.
+
+    Example:
+        >>> from zeus.monitor import ZeusMonitor
+        >>> monitor = ZeusMonitor(gpu_indices=[0])
+        >>> monitor.begin_window("epoch")
+        >>> train_one_epoch()  # your code  # doctest: +SKIP
+        >>> m = monitor.end_window("epoch")
+        >>> energy, bound = m.total_energy, m.total_energy_uncertainty  # J; ~95% bound
+        >>> print(f"epoch: {m.time:.1f} s, {energy:.1f} J ± {bound:.1f} J")
+        epoch: ... s, ... J ± ... J
 
     """
 

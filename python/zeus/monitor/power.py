@@ -1,6 +1,7 @@
 """`PowerMonitor`: GPU power sampled by a Rust thread into a bounded in-memory timeline.
 
-The class lives in the Rust extension (`zeus._core.PowerMonitor`); this module re-exports it.
+The class lives in the Rust extension (`zeus._core.monitor.PowerMonitor`); this module
+re-exports it.
 Unlike the reference, sampling runs on a thread (no subprocess, no temporary CSV file), the
 default period is really half the driver's power update period (the reference's inference always
 returned 0, i.e. busy polling), and the timeline keeps at most `max_samples` samples.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from zeus import _core
 
-PowerMonitor = _core.PowerMonitor
-infer_counter_update_period = _core.infer_counter_update_period
+PowerMonitor = _core.monitor.PowerMonitor
+infer_counter_update_period = _core.monitor.infer_counter_update_period
 
 __all__ = ["PowerMonitor", "infer_counter_update_period"]

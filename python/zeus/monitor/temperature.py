@@ -1,8 +1,9 @@
 """`TemperatureMonitor`: GPU temperature over time, as Zeus 0.16 offers it.
 
-The class lives in the Rust extension (`zeus._core.TemperatureMonitor`): the process's shared
-sampler thread (the one that serves `ZeusMonitor`'s energy cache) reads each GPU's temperature
-once per `update_period`, so a temperature monitor starts no thread or process of its own.
+The class lives in the Rust extension (`zeus._core.monitor.TemperatureMonitor`): the
+process's shared sampler thread (the one that serves `ZeusMonitor`'s energy cache) reads each
+GPU's temperature once per `update_period`, so a temperature monitor starts no thread or process
+of its own.
 
 Example:
     >>> from zeus.monitor import TemperatureMonitor
@@ -16,6 +17,6 @@ from __future__ import annotations
 
 from zeus import _core
 
-TemperatureMonitor = _core.TemperatureMonitor
+TemperatureMonitor = _core.monitor.TemperatureMonitor
 
 __all__ = ["TemperatureMonitor"]

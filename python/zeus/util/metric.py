@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zeus._core import zeus_cost as _zeus_cost
+from zeus._core.util import zeus_cost as _zeus_cost
 
 __all__ = ["zeus_cost", "ZeusCostThresholdExceededError"]
 

@@ -40,7 +40,7 @@ def _measurement(time: float, energy: dict[int, float], **extra: Any) -> Any:
         from zeus import _core
     except ImportError:
         return _FallbackMeasurement(time, energy)
-    return _core.Measurement(time=time, energy=energy, **extra)
+    return _core.monitor.Measurement(time=time, energy=energy, **extra)
 
 
 class ReplayZeusMonitor:

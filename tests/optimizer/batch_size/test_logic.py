@@ -1,6 +1,6 @@
 """Property tests of the decisions the server makes through the core's batch-size policy.
 
-`zeus._core.PruningGtsPolicy` is stateless (a job's record in, the next trial out): the
+`zeus._core.recurring.PruningGtsPolicy` is stateless (a job's record in, the next trial out): the
 server builds it from a job's row (`logic.policy_of`) and calls it under the job's lock. Here
 it is driven the same way: explorer, bandit update, Thompson sampling, stop rule.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from zeus._core import NumpyRng, PruningGtsPolicy
+from zeus._core.recurring import NumpyRng, PruningGtsPolicy
 from zeus.optimizer.batch_size.server.logic import (
     ArmState,
     NoConvergedBatchSizeError,

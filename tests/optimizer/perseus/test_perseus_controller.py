@@ -152,7 +152,7 @@ def test_clocks_restored_on_exit_paths(mode, sig, code, journal_dir):
     assert states and all(line.startswith("UNLOCKED") for line in states), (out, err)
     # The child journaled its locks ($ZEUS_STATE_DIR is inherited) and cleared them on reset.
     assert journal_dir.is_dir()
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def ignore_sigterm() -> None:
@@ -177,9 +177,9 @@ def test_an_ignored_sigterm_keeps_the_clocks_locked(journal_dir):
     proc.stdin.write("\n")
     proc.stdin.flush()
     assert proc.stdout.readline().strip() == "LOCKED alive"  # the SIGTERM reset nothing
-    assert len(_core.journal_entries(journal_dir)) == 1
+    assert len(_core.settings.journal_entries(journal_dir)) == 1
     proc.send_signal(signal.SIGINT)  # KeyboardInterrupt, then the reset at exit
     out, err = finish(proc)
     assert proc.returncode == -signal.SIGINT, err
     assert out.splitlines() == ["UNLOCKED exit"], (out, err)
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []

@@ -107,12 +107,12 @@ def test_best_plan_is_feasible_and_never_beats_exhaustive(acts, slowdown):
 
 def test_frontier_binding_errors():
     with pytest.raises(ValueError, match="unit_time"):
-        _core.perseus_compute_frontier(1, [], [[(1.0, 1.0)]], -1.0)
+        _core.perseus.compute_frontier(1, [], [[(1.0, 1.0)]], -1.0)
     with pytest.raises(ValueError, match="no \\(time, cost\\) options"):
-        _core.perseus_compute_frontier(1, [], [[]], 1.0)
+        _core.perseus.compute_frontier(1, [], [[]], 1.0)
     with pytest.raises(ValueError, match="cycle"):
-        _core.perseus_compute_frontier(2, [(0, 1), (1, 0)], [[(1.0, 1.0)]] * 2, 1.0)
-    f = _core.perseus_compute_frontier(1, [], [[(1.0, 5.0), (3.0, 1.0)]], 1.0)
+        _core.perseus.compute_frontier(2, [(0, 1), (1, 0)], [[(1.0, 1.0)]] * 2, 1.0)
+    f = _core.perseus.compute_frontier(1, [], [[(1.0, 5.0), (3.0, 1.0)]], 1.0)
     assert f.time_units == [3, 2, 1]
     assert f.costs == [1.0, 3.0, 5.0]
     with pytest.raises(ValueError, match="out of range"):

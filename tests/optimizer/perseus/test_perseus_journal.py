@@ -63,7 +63,7 @@ def test_sigkill_leaves_a_clock_entry_that_the_cli_restores(
     base = zeus.device.sim.steady_state(0)
     child = spawn_and_kill(0)
 
-    [entry] = _core.journal_entries(journal_dir)
+    [entry] = _core.settings.journal_entries(journal_dir)
     assert entry["kind"] == "clocks"
     assert (entry["uuid"], entry["pid"]) == (gpus.get_uuid(0), child)
     assert entry["gpu_clocks"] and entry["memory_clocks"]
@@ -82,7 +82,7 @@ def test_sigkill_leaves_a_clock_entry_that_the_cli_restores(
     out = capsys.readouterr().out
     assert f"unlocked GPU and memory clocks (journaled by process {child})" in out
     assert zeus.device.sim.steady_state(0) == base
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_cli_restore_in_a_fresh_process_clears_the_clock_entry(
@@ -90,7 +90,7 @@ def test_cli_restore_in_a_fresh_process_clears_the_clock_entry(
 ) -> None:
     gpus = sim_gpus("A40")
     child = spawn_and_kill(0)
-    assert len(_core.journal_entries(journal_dir)) == 1
+    assert len(_core.settings.journal_entries(journal_dir)) == 1
     cli = subprocess.run(
         [sys.executable, "-m", "zeus.device", "restore"], capture_output=True, text=True
     )
@@ -98,7 +98,7 @@ def test_cli_restore_in_a_fresh_process_clears_the_clock_entry(
     assert (
         f"GPU 0 ({gpus.get_uuid(0)}): unlocked GPU and memory clocks (journaled by process {child})"
     ) in cli.stdout
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
     again = subprocess.run(
         [sys.executable, "-m", "zeus.device", "restore"], capture_output=True, text=True
     )
@@ -113,7 +113,7 @@ def test_a_new_controller_restores_a_killed_controllers_clocks(
     gpus = sim_gpus("V100,A40")
     base = zeus.device.sim.steady_state(1)
     child = spawn_and_kill(1)
-    [stale] = _core.journal_entries(journal_dir)
+    [stale] = _core.settings.journal_entries(journal_dir)
     assert (stale["uuid"], stale["pid"]) == (gpus.get_uuid(1), child)
 
     lock_own_clocks(gpus, 1)
@@ -121,7 +121,7 @@ def test_a_new_controller_restores_a_killed_controllers_clocks(
     c = FrequencyController(0, gpus)
     try:
         assert zeus.device.sim.steady_state(1) == base
-        [entry] = _core.journal_entries(journal_dir)
+        [entry] = _core.settings.journal_entries(journal_dir)
         assert (entry["kind"], entry["uuid"], entry["pid"]) == (
             "clocks",
             gpus.get_uuid(0),
@@ -129,7 +129,7 @@ def test_a_new_controller_restores_a_killed_controllers_clocks(
         )
     finally:
         c.end()
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_journals_before_the_first_change_and_clears_after_reset(
@@ -139,14 +139,14 @@ def test_journals_before_the_first_change_and_clears_after_reset(
     base = zeus.device.sim.steady_state(0)
     with FrequencyController(0, gpus) as c:
         # Journaled as this process's before the locks at the maxima.
-        [entry] = _core.journal_entries(journal_dir)
+        [entry] = _core.settings.journal_entries(journal_dir)
         assert entry["kind"] == "clocks" and entry["pid"] == os.getpid()
         assert entry["gpu_clocks"] and entry["memory_clocks"]
         c.set_frequency(900)
         assert c.wait(timeout=5)
         assert zeus.device.sim.steady_state(0) != base
-        assert _core.journal_entries(journal_dir) == [entry]
-    assert _core.journal_entries(journal_dir) == []
+        assert _core.settings.journal_entries(journal_dir) == [entry]
+    assert _core.settings.journal_entries(journal_dir) == []
     assert zeus.device.sim.steady_state(0) == base
 
 
@@ -171,13 +171,13 @@ def test_a_failed_reset_is_logged_and_keeps_the_entry(
     with caplog.at_level(logging.WARNING):
         c.end()  # an exit path: reports, never raises
     assert "Restoring GPU 0 clocks failed: driver went away" in caplog.text
-    [entry] = _core.journal_entries(journal_dir)
+    [entry] = _core.settings.journal_entries(journal_dir)
     assert entry["kind"] == "clocks" and entry["pid"] == os.getpid()
     # This process still holds it: only an explicit restore of held settings takes it.
     assert device_cli(["restore"]) == 0
-    assert len(_core.journal_entries(journal_dir)) == 1
+    assert len(_core.settings.journal_entries(journal_dir)) == 1
     assert device_cli(["restore", "--all"]) == 0
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
     real_guard.restore()
 
 

@@ -30,7 +30,7 @@ _spec.loader.exec_module(bench)
     st.data(),
 )
 def test_cost_curve_matches_lowtime(stages, microbatches, data):
-    instrs, edges = _core.perseus_pipeline_1f1b(stages, microbatches)
+    instrs, edges = _core.perseus.pipeline_1f1b(stages, microbatches)
     quant = [
         data.draw(
             st.lists(
@@ -53,7 +53,7 @@ def test_cost_curve_matches_lowtime(stages, microbatches, data):
 
 def test_simulated_gpu_pipeline_matches_lowtime():
     # The benchmark's GPU model on a 2-stage pipeline, coarse quantum: a long common curve.
-    instrs, edges = _core.perseus_pipeline_1f1b(2, 3)
+    instrs, edges = _core.perseus.pipeline_1f1b(2, 3)
     quant = []
     for stage, _, kind in instrs:
         work = bench.FORWARD_WORK[stage] * (1.0 if kind == "forward" else 2.0)

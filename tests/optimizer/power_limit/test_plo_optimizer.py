@@ -68,7 +68,7 @@ def test_no_permission_is_a_runtime_error_mentioning_sys_admin(sim_gpus, journal
         GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0]))
     # The way out for an unprivileged job is named too: the daemon.
     assert "zeusd" in str(info.value) and "ZEUSD_SOCK_PATH" in str(info.value)
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_behind_zeusd_the_daemons_reason_comes_first(sim_gpus) -> None:
@@ -199,13 +199,13 @@ def test_restore_on_close_and_on_exception(sim_gpus, journal_dir) -> None:
     gpus.set_power_management_limit(0, 220_000)
     with pytest.raises(KeyError), GlobalPowerLimitOptimizer(WindowMonitor(gpus, [0])) as plo:
         assert gpus.get_power_management_limit(0) == 300_000
-        [entry] = _core.journal_entries(journal_dir)
+        [entry] = _core.settings.journal_entries(journal_dir)
         assert entry["uuid"] == uuid
         assert entry["power_limit_mw"] == 220_000 and entry["pid"] == os.getpid()
         run_steps(plo, 3)
         raise KeyError("training crashed")
     assert gpus.get_power_management_limit(0) == 220_000
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_hf_signature_matches() -> None:
@@ -295,12 +295,12 @@ def limits(lines: list[str]) -> list[tuple[str, int]]:
 
 def sigterm_restores_and_clears_the_journal(proc: subprocess.Popen[str], journal_dir: Path) -> None:
     """SIGTERM a child holding the optimizer's limit: it restores 250 W and dies of SIGTERM."""
-    assert len(_core.journal_entries(journal_dir)) == 1
+    assert len(_core.settings.journal_entries(journal_dir)) == 1
     proc.send_signal(signal.SIGTERM)
     out, err = finish(proc)
     assert proc.returncode == -signal.SIGTERM, err
     assert limits(out.splitlines()) == [("sigterm", 250_000)]
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_sigterm_restores_then_dies_of_sigterm(journal_dir) -> None:
@@ -323,7 +323,7 @@ def test_sigint_restores_and_raises_keyboard_interrupt(journal_dir) -> None:
     assert proc.returncode == 0, err
     events = [x for x in out.splitlines() if x.startswith(("LIMIT", "KI"))]
     assert events == ["LIMIT sigint 250000", "KI", "LIMIT exit 250000"]
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_an_ignored_sigint_leaves_the_limit_in_force(journal_dir) -> None:
@@ -352,7 +352,7 @@ def test_uncaught_exception_restores_at_exit(journal_dir) -> None:
     out, err = finish(proc)
     assert proc.returncode == 1 and "boom" in err
     assert limits(out.splitlines()) == [("exit", 250_000)]
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_sigkill_leaves_a_journal_that_restore_applies(
@@ -367,7 +367,7 @@ def test_sigkill_leaves_a_journal_that_restore_applies(
 
     gpus = sim_gpus("A40")
     uuid = gpus.get_uuid(0)  # the simulator's UUIDs are the same in every process
-    [entry] = _core.journal_entries(journal_dir)
+    [entry] = _core.settings.journal_entries(journal_dir)
     assert (entry["uuid"], entry["power_limit_mw"], entry["pid"]) == (uuid, 250_000, child_pid)
     # The CLI, in another process, reports and clears it ...
     cli = subprocess.run(
@@ -381,7 +381,7 @@ def test_sigkill_leaves_a_journal_that_restore_applies(
     assert gpus.get_power_management_limit(0) == 300_000
     assert device_cli(["restore"]) == 0
     assert gpus.get_power_management_limit(0) == 250_000
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_new_optimizer_restores_a_killed_runs_journal(
@@ -396,11 +396,11 @@ def test_new_optimizer_restores_a_killed_runs_journal(
     # The stale entry was applied (in Rust, so the spy sees only the optimizer's maximum) and
     # journaled again as this run's original.
     assert set_calls == [(0, 300_000)]
-    [entry] = _core.journal_entries(journal_dir)
+    [entry] = _core.settings.journal_entries(journal_dir)
     assert (entry["power_limit_mw"], entry["pid"]) == (250_000, os.getpid())
     plo.close()
     assert gpus.get_power_management_limit(0) == 250_000
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
 
 
 def test_unwritable_journal_warns_and_still_restores(
@@ -426,7 +426,7 @@ def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
     wait_ready(proc)
     proc.kill()
     finish(proc)
-    assert len(_core.journal_entries(journal_dir)) == 1
+    assert len(_core.settings.journal_entries(journal_dir)) == 1
     cli = subprocess.run(
         [sys.executable, "-m", "zeus.device", "restore"],
         capture_output=True,
@@ -435,7 +435,7 @@ def test_cli_restore_in_a_fresh_process(journal_dir: Path) -> None:
     )
     assert cli.returncode == 0, cli.stderr
     assert "GPU 0" in cli.stdout and "restored power limit 250000 mW" in cli.stdout
-    assert _core.journal_entries(journal_dir) == []
+    assert _core.settings.journal_entries(journal_dir) == []
     again = subprocess.run(
         [sys.executable, "-m", "zeus.device", "restore"],
         capture_output=True,

@@ -11,9 +11,9 @@ fn value_error(e: PerseusError) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// The frontier computed by `perseus_compute_frontier`; points go from the slowest (cheapest)
+/// The frontier computed by `compute_frontier`; points go from the slowest (cheapest)
 /// iteration to the fastest.
-#[pyclass(name = "PerseusFrontier", module = "zeus._core", frozen)]
+#[pyclass(name = "PerseusFrontier", module = "zeus._core.perseus", frozen)]
 pub(crate) struct PyFrontier {
     inner: perseus::Frontier,
 }
@@ -84,7 +84,7 @@ impl PyFrontier {
 
 /// A pipeline's frequency options (per node, `(seconds, joules)` at each option, fastest
 /// first), its frontier, and the least-energy plan within a slowdown.
-#[pyclass(name = "PerseusPipeline", module = "zeus._core", frozen)]
+#[pyclass(name = "PerseusPipeline", module = "zeus._core.perseus", frozen)]
 pub(crate) struct PyPipeline {
     inner: perseus::Pipeline,
 }
@@ -145,7 +145,7 @@ impl PyPipeline {
 /// `(stage, microbatch, "forward" | "backward")`, numbered stage by stage in execution order.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
-fn perseus_pipeline_1f1b(
+fn pipeline_1f1b(
     num_stages: usize,
     num_microbatches: usize,
 ) -> PyResult<(Vec<(usize, usize, &'static str)>, Vec<(usize, usize)>)> {
@@ -161,11 +161,7 @@ fn perseus_pipeline_1f1b(
 
 /// Longest path through the DAG when node `v` takes `durations[v]` seconds.
 #[pyfunction]
-fn perseus_makespan(
-    num_nodes: usize,
-    edges: Vec<(usize, usize)>,
-    durations: Vec<f64>,
-) -> PyResult<f64> {
+fn makespan(num_nodes: usize, edges: Vec<(usize, usize)>, durations: Vec<f64>) -> PyResult<f64> {
     Dag { num_nodes, edges }
         .makespan(&durations)
         .map_err(value_error)
@@ -174,7 +170,7 @@ fn perseus_makespan(
 /// Time–cost frontier of a DAG whose node `v` chooses among `options[v]` = `[(time s, cost)]`,
 /// with times quantised up to multiples of `unit_time` seconds.
 #[pyfunction]
-fn perseus_compute_frontier(
+fn compute_frontier(
     py: Python<'_>,
     num_nodes: usize,
     edges: Vec<(usize, usize)>,
@@ -191,8 +187,8 @@ fn perseus_compute_frontier(
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFrontier>()?;
     m.add_class::<PyPipeline>()?;
-    m.add_function(wrap_pyfunction!(perseus_pipeline_1f1b, m)?)?;
-    m.add_function(wrap_pyfunction!(perseus_makespan, m)?)?;
-    m.add_function(wrap_pyfunction!(perseus_compute_frontier, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline_1f1b, m)?)?;
+    m.add_function(wrap_pyfunction!(makespan, m)?)?;
+    m.add_function(wrap_pyfunction!(compute_frontier, m)?)?;
     Ok(())
 }

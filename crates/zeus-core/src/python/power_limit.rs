@@ -10,7 +10,7 @@ fn selector_err(e: SelectorError) -> PyErr {
 }
 
 /// A built-in optimum selector. `zeus.optimizer.power_limit` wraps it in the public classes.
-#[pyclass(name = "PowerLimitSelector", module = "zeus._core", frozen)]
+#[pyclass(name = "PowerLimitSelector", module = "zeus._core.power_limit", frozen)]
 pub(crate) struct PySelector {
     inner: Selector,
 }

@@ -14,7 +14,7 @@ use crate::device::sim::{self, board, CurvePoint, Load, WorkloadCurve};
 use crate::device::Clock;
 
 /// The simulated GPUs of this process (from `ZEUS_SIM_GPUS`) and their clock.
-#[pyclass(name = "SimCluster", module = "zeus._core", frozen)]
+#[pyclass(name = "SimCluster", module = "zeus._core.sim", frozen)]
 pub(crate) struct PySimCluster {
     inner: Arc<sim::SimCluster>,
 }
@@ -102,7 +102,7 @@ impl PySimCluster {
 }
 
 /// One simulated GPU.
-#[pyclass(name = "SimGpu", module = "zeus._core", frozen)]
+#[pyclass(name = "SimGpu", module = "zeus._core.sim", frozen)]
 pub(crate) struct PySimGpu {
     gpu: Arc<sim::SimGpu>,
     cluster: Arc<sim::SimCluster>,
@@ -205,7 +205,7 @@ impl PySimGpu {
 }
 
 /// The simulated CPU packages of this process (`ZEUS_SIM_CPUS=N`): a powercap tree on disk.
-#[pyclass(name = "SimCpus", module = "zeus._core", frozen)]
+#[pyclass(name = "SimCpus", module = "zeus._core.sim", frozen)]
 pub(crate) struct PySimCpus {
     inner: Arc<SimRapl>,
 }

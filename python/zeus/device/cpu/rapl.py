@@ -27,7 +27,7 @@ class CpuDramMeasurement:
     dram_mj: float | None = None
 
 
-class CPUs(_core.CPUs):
+class CPUs(_core.device.CPUs):
     """The CPU packages found through RAPL (or simulated with `ZEUS_SIM_CPUS=N`).
 
     `len(cpus)` is the number of packages; every method takes the package index first.

@@ -25,8 +25,8 @@ from typing import Iterable, Sequence
 from zeus import _core
 
 # Each call asks for the process's current cluster: `reset()` may have rebuilt it.
-_cluster = _core.SimCluster.current
-_cpus = _core.SimCpus.current
+_cluster = _core.sim.SimCluster.current
+_cpus = _core.sim.SimCpus.current
 
 __all__ = [
     "advance",
@@ -69,7 +69,7 @@ def presets() -> list[str]:
 
 def known_presets() -> list[str]:
     """Every model the simulator knows."""
-    return _core.SimCluster.known_presets()
+    return _core.sim.SimCluster.known_presets()
 
 
 def now() -> float:
@@ -226,7 +226,7 @@ def cpu_model_energy(index: int, unix_time: float) -> tuple[float, float]:
     true energy of that stretch in any process simulating CPUs (an exporter, say), and this
     needs no simulator here: compare it with rates that Prometheus computed from the exporter.
     """
-    return _core.SimCpus.model_energy(index, unix_time)
+    return _core.sim.SimCpus.model_energy(index, unix_time)
 
 
 def rapl_tree() -> tuple[Path, int]:
@@ -242,7 +242,7 @@ def reset() -> None:
     """Rebuild the simulated GPUs from the environment on next use (and forget `get_gpus()`)."""
     from zeus.device.gpu import reset_gpus
 
-    _core.SimCluster.reset()
+    _core.sim.SimCluster.reset()
     reset_gpus()
 
 

@@ -37,7 +37,7 @@ class FrequencyController:
     Args:
         device_id: GPU index (as `zeus.device.get_gpus()` sees it).
         gpus: The GPUs object; default `get_gpus()`.
-        journal_dir: Journal directory; default `zeus._core.journal_dir()`.
+        journal_dir: Journal directory; default `zeus._core.settings.journal_dir()`.
 
     """
 

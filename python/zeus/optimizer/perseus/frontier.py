@@ -45,7 +45,7 @@ def pipeline_1f1b(
         ValueError: fewer than one stage or microbatch.
 
     """
-    return _core.perseus_pipeline_1f1b(num_stages, num_microbatches)
+    return _core.perseus.pipeline_1f1b(num_stages, num_microbatches)
 
 
 def stage_instructions(num_stages: int, num_microbatches: int, stage: int) -> list[str]:
@@ -75,7 +75,7 @@ def iteration_time(num_microbatches: int, stage_durations: Sequence[Sequence[flo
         if len(d) != 2 * num_microbatches:
             raise ValueError(f"stage {s} has {len(d)} durations, expected {2 * num_microbatches}")
         flat.extend(float(x) for x in d)
-    return _core.perseus_makespan(len(instrs), edges, flat)
+    return _core.perseus.makespan(len(instrs), edges, flat)
 
 
 @dataclass
@@ -138,7 +138,7 @@ class PipelineFrontier:
             freqs = sorted(prof, reverse=True)
             self._freqs.append(freqs)
             options.append([(float(prof[f][0]), float(prof[f][1])) for f in freqs])
-        self._pipeline = _core.PerseusPipeline(
+        self._pipeline = _core.perseus.PerseusPipeline(
             len(self.instructions),
             self.edges,
             [stage for stage, _, _ in self.instructions],

@@ -1,7 +1,7 @@
 """Optimum selectors: pick the power limit to train with from the profiled measurements.
 
-The built-in selectors compute in Rust (`zeus._core.PowerLimitSelector`). A user may subclass
-`OptimumSelector` in Python and implement `select`.
+The built-in selectors compute in Rust (`zeus._core.power_limit.PowerLimitSelector`). A user
+may subclass `OptimumSelector` in Python and implement `select`.
 
 Every selector receives the measurements in profiling order (highest power limit first) and
 breaks ties in favour of the earliest, that is, the highest power limit among equals.
@@ -34,7 +34,7 @@ class OptimumSelector(abc.ABC):
 class _CoreSelector(OptimumSelector):
     """A selector whose arithmetic lives in `zeus._core`."""
 
-    _core_selector: _core.PowerLimitSelector
+    _core_selector: _core.power_limit.PowerLimitSelector
 
     def select(self, measurements: Sequence[PowerLimitMeasurement]) -> int:
         """Return the optimal power limit in watts.
@@ -55,7 +55,7 @@ class Energy(_CoreSelector):
 
     def __init__(self) -> None:
         """Build the selector."""
-        self._core_selector = _core.PowerLimitSelector.energy()
+        self._core_selector = _core.power_limit.PowerLimitSelector.energy()
 
 
 class Time(_CoreSelector):
@@ -63,7 +63,7 @@ class Time(_CoreSelector):
 
     def __init__(self) -> None:
         """Build the selector."""
-        self._core_selector = _core.PowerLimitSelector.time()
+        self._core_selector = _core.power_limit.PowerLimitSelector.time()
 
 
 class ZeusCost(_CoreSelector):
@@ -86,7 +86,9 @@ class ZeusCost(_CoreSelector):
         """
         if isinstance(world_size, bool) or not isinstance(world_size, int):
             raise ValueError(f"world_size must be an integer, got {world_size!r}")
-        self._core_selector = _core.PowerLimitSelector.zeus_cost(float(eta_knob), world_size)
+        self._core_selector = _core.power_limit.PowerLimitSelector.zeus_cost(
+            float(eta_knob), world_size
+        )
         self.eta_knob = eta_knob
         self.world_size = world_size
 
@@ -104,5 +106,5 @@ class MaxSlowdownConstraint(_CoreSelector):
             ValueError: `factor` is below 1.
 
         """
-        self._core_selector = _core.PowerLimitSelector.max_slowdown(float(factor))
+        self._core_selector = _core.power_limit.PowerLimitSelector.max_slowdown(float(factor))
         self.factor = factor

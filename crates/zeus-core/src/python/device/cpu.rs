@@ -16,7 +16,7 @@ impl<T> IntoCpuResult<T> for CpuResult<T> {
     }
 }
 
-#[pyclass(name = "CPUs", module = "zeus._core", subclass, frozen)]
+#[pyclass(name = "CPUs", module = "zeus._core.device", subclass, frozen)]
 pub(crate) struct PyCpus {
     pub(crate) inner: Cpus,
 }

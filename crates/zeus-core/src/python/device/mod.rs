@@ -9,7 +9,7 @@ pub(crate) mod settings;
 use super::errors::{gpu_error, IntoPyResult};
 use crate::device::{Gpu, GpuResult, Gpus};
 
-#[pyclass(name = "GPUs", module = "zeus._core", subclass, frozen)]
+#[pyclass(name = "GPUs", module = "zeus._core.device", subclass, frozen)]
 pub(crate) struct PyGpus {
     pub(crate) inner: Gpus,
 }
@@ -293,6 +293,5 @@ impl PyGpus {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGpus>()?;
-    cpu::register(m)?;
-    settings::register(m)
+    cpu::register(m)
 }

@@ -185,7 +185,7 @@ fn restore_all_settings(py: Python<'_>) -> Vec<Py<PyAny>> {
 ///
 /// Use it through `zeus.device.settings.SettingsGuard`, which also installs the exit and
 /// signal hooks.
-#[pyclass(name = "SettingsGuard", module = "zeus._core", frozen)]
+#[pyclass(name = "SettingsGuard", module = "zeus._core.settings", frozen)]
 pub(crate) struct PySettingsGuard {
     inner: SettingsGuard,
 }

@@ -25,7 +25,7 @@ struct MonitorState {
 
 /// Rust half of `zeus.monitor.ZeusMonitor`: `_init` sets it up (from the Python `__init__`),
 /// and `begin_window` / `end_window` are called directly.
-#[pyclass(name = "ZeusMonitor", module = "zeus._core", frozen, subclass)]
+#[pyclass(name = "ZeusMonitor", module = "zeus._core.monitor", frozen, subclass)]
 pub(crate) struct PyZeusMonitor {
     state: OnceLock<MonitorState>,
 }

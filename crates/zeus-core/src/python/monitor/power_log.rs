@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use crate::monitor::power_log::{split_seconds, PowerLog, PowerLogFormat};
 
 /// The lines of one power log: `format` is `"csv"` or `"jsonl"`; columns follow `gpu_indices`.
-#[pyclass(name = "PowerLog", module = "zeus._core", frozen)]
+#[pyclass(name = "PowerLog", module = "zeus._core.monitor", frozen)]
 pub(crate) struct PyPowerLog {
     inner: PowerLog,
 }

@@ -18,7 +18,7 @@ use crate::optimizer::recurring::{
 use crate::util::numpy_rng::{NumpyRng, Pcg64State};
 
 pyo3::create_exception!(
-    zeus._core,
+    zeus._core.recurring,
     NoConvergedBatchSizeError,
     PyValueError,
     "A pruning round ended without any batch size that reached the target."
@@ -36,7 +36,7 @@ fn policy_err(e: PolicyError) -> PyErr {
 
 /// numpy's `default_rng` (PCG64 seeded through SeedSequence), draw for draw, with its state
 /// as numpy's `rng.bit_generator.state` dict (whose `json.dumps` is what the server stores).
-#[pyclass(name = "NumpyRng", module = "zeus._core")]
+#[pyclass(name = "NumpyRng", module = "zeus._core.recurring")]
 pub(crate) struct PyNumpyRng {
     inner: NumpyRng,
 }
@@ -145,7 +145,13 @@ type ExplorationTuple = (bool, bool, f64);
 
 /// One bandit arm (a batch size) and the belief about its mean reward (minus cost); the names
 /// are the reference server's columns.
-#[pyclass(name = "Arm", module = "zeus._core", frozen, eq, skip_from_py_object)]
+#[pyclass(
+    name = "Arm",
+    module = "zeus._core.recurring",
+    frozen,
+    eq,
+    skip_from_py_object
+)]
 #[derive(Clone, PartialEq)]
 pub(crate) struct PyArm {
     inner: Arm,
@@ -268,7 +274,7 @@ fn explorations_of(record: HashMap<u32, Vec<ExplorationTuple>>) -> HashMap<u32, 
 }
 
 /// The next trial of a job, as `PruningGtsPolicy.decide` returns it.
-#[pyclass(name = "Decision", module = "zeus._core", frozen, get_all)]
+#[pyclass(name = "Decision", module = "zeus._core.recurring", frozen, get_all)]
 pub(crate) struct PyDecision {
     /// The batch size the trial runs.
     batch_size: u32,
@@ -295,7 +301,7 @@ impl From<Decision> for PyDecision {
 
 /// A job's settings of the Zeus batch-size policy (pruning exploration, then Gaussian
 /// Thompson sampling), and its rules over the job's record.
-#[pyclass(name = "PruningGtsPolicy", module = "zeus._core", frozen)]
+#[pyclass(name = "PruningGtsPolicy", module = "zeus._core.recurring", frozen)]
 pub(crate) struct PyPruningGtsPolicy {
     inner: PruningGtsPolicy,
 }
@@ -396,7 +402,7 @@ impl PyPruningGtsPolicy {
 }
 
 /// One job's batch-size optimizer kept in memory, deciding by a `PruningGtsPolicy`.
-#[pyclass(name = "PruningGts", module = "zeus._core")]
+#[pyclass(name = "PruningGts", module = "zeus._core.recurring")]
 pub(crate) struct PyPruningGts {
     inner: PruningGts<NumpyRng>,
 }
@@ -490,7 +496,7 @@ impl PyPruningGts {
 
 /// Just-in-time power-limit optimization: the cheapest profiled power limit per batch size
 /// (on equal cost, the first observed).
-#[pyclass(name = "JitPowerLimit", module = "zeus._core")]
+#[pyclass(name = "JitPowerLimit", module = "zeus._core.recurring")]
 #[derive(Default)]
 pub(crate) struct PyJitPowerLimit {
     inner: JitPowerLimit,

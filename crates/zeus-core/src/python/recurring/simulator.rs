@@ -42,7 +42,7 @@ fn rows(h: Vec<HistoryEntry>) -> Vec<Row> {
         .collect()
 }
 
-#[pyclass(name = "SimTable", module = "zeus._core", frozen)]
+#[pyclass(name = "SimTable", module = "zeus._core.recurring", frozen)]
 pub(crate) struct PySimTable {
     inner: JobTable,
 }

@@ -22,12 +22,12 @@ logger = logging.getLogger("zeus.optimizer.batch_size.server.mab")
 
 
 #: A pruning round ended without any batch size that converged (a `ValueError`).
-NoConvergedBatchSizeError = _core.NoConvergedBatchSizeError
+NoConvergedBatchSizeError = _core.recurring.NoConvergedBatchSizeError
 
 
-def policy_of(job: Any) -> _core.PruningGtsPolicy:
+def policy_of(job: Any) -> _core.recurring.PruningGtsPolicy:
     """The batch-size policy of a job row (its `window_size <= 0` means every reward)."""
-    return _core.PruningGtsPolicy(
+    return _core.recurring.PruningGtsPolicy(
         json.loads(job.batch_sizes),
         int(job.default_batch_size),
         pruning_rounds=int(job.num_pruning_rounds),
@@ -41,15 +41,15 @@ def policy_of(job: Any) -> _core.PruningGtsPolicy:
 #: Posterior of one arm's expected reward (reward = -cost): `batch_size`, `param_mean`,
 #: `param_precision` (inf when all rewards were equal), `reward_precision` (1/var of the
 #: rewards, inf when it is 0) and `num_observations` (rewards the posterior is fitted on).
-ArmState = _core.Arm
+ArmState = _core.recurring.Arm
 
 
 def new_rng_state(seed: int | None) -> str:
     """Numpy's JSON state of a fresh `default_rng(seed)` (from the OS when `seed` is None)."""
-    return dump_rng(_core.NumpyRng(seed))
+    return dump_rng(_core.recurring.NumpyRng(seed))
 
 
-def load_rng(state: str) -> _core.NumpyRng:
+def load_rng(state: str) -> _core.recurring.NumpyRng:
     """The generator in the state numpy's JSON describes (`json.dumps(bit_generator.state)`).
 
     Raises:
@@ -60,10 +60,10 @@ def load_rng(state: str) -> _core.NumpyRng:
         fields = json.loads(state)
     except json.JSONDecodeError as e:
         raise ValueError(f"generator state is not valid JSON: {e}") from None
-    return _core.NumpyRng.from_state(fields)
+    return _core.recurring.NumpyRng.from_state(fields)
 
 
-def dump_rng(rng: _core.NumpyRng) -> str:
+def dump_rng(rng: _core.recurring.NumpyRng) -> str:
     """The generator's state as numpy's JSON, byte for byte what numpy's would be."""
     return json.dumps(rng.state)
 
@@ -109,7 +109,7 @@ def decide_report(
     as in the reference server.
     """
     # Database rows give SQLite's integers for booleans, and may give ints for floats.
-    stop, converged, message = _core.decide_report(
+    stop, converged, message = _core.recurring.decide_report(
         batch_size=int(batch_size),
         cost=float(cost),
         metric=float(metric),

@@ -20,7 +20,7 @@ __all__ = ["GaussianTS"]
 class GaussianTS:
     """Thompson sampling for Gaussian rewards with known precision and a Gaussian prior.
 
-    The random draws follow the reference implementation exactly (`zeus._core.NumpyRng` is
+    The random draws follow the reference implementation exactly (`zeus._core.recurring.NumpyRng` is
     numpy's `default_rng(seed)` draw for draw; every `predict` first draws a permutation of
     the arms, even after exploration, then one normal sample per arm in arm order), so the
     same seed and observations give the same choices as the reference.
@@ -60,7 +60,7 @@ class GaussianTS:
         self.prior_prec = prior_precision
         self.num_exploration = num_exploration
         self.seed = seed
-        self.rng = _core.NumpyRng(seed)
+        self.rng = _core.recurring.NumpyRng(seed)
         self.verbose = verbose
         if isinstance(reward_precision, (list, tuple)):
             if len(reward_precision) != len(arms):
@@ -93,8 +93,8 @@ class GaussianTS:
         for arm in self.arms:
             self.fit_arm(arm, r[d == arm], reset)
 
-    def _arm(self, arm: int) -> _core.Arm:
-        return _core.Arm(
+    def _arm(self, arm: int) -> _core.recurring.Arm:
+        return _core.recurring.Arm(
             arm,
             float(self.arm_param_mean[arm]),
             float(self.arm_param_prec[arm]),
@@ -114,7 +114,7 @@ class GaussianTS:
         if arm not in self.arm_param_mean:
             raise ValueError(f"Unknown arm {arm}; arms are {self.arms}")
         values = [float(r) for r in np.asarray(rewards, dtype=float).ravel()]
-        fitted = _core.bandit_fit_arm(
+        fitted = _core.recurring.bandit_fit_arm(
             self._arm(arm), values, reset, float(self.prior_mean), float(self.prior_prec)
         )
         self.arm_param_mean[arm] = fitted.param_mean
@@ -126,7 +126,7 @@ class GaussianTS:
         arms = [self._arm(a) for a in self.arms]
         if self.verbose and all(a.num_observations >= self.num_exploration for a in arms):
             print(f"[{self.name}] Sampling mean rewards of arms {self.arms}.")
-        choice = _core.thompson_predict(arms, self.num_exploration, self.rng)
+        choice = _core.recurring.thompson_predict(arms, self.num_exploration, self.rng)
         if self.verbose:
             print(f"[{self.name}] Arm {choice}.")
         return choice

@@ -2,9 +2,9 @@
 
 Their decisions come from `zeus._core` (`crates/zeus-core/src/optimizer/recurring/`), which
 the batch-size optimizer server and the trace simulator use too: `PruningGTSBatchSizeOptimizer`
-keeps one `zeus._core.PruningGts` per job and `JITPowerLimitOptimizer` one
-`zeus._core.JitPowerLimit`; the reference's attributes (`mabs`, `exp_manager`, `best_pl`, ...)
-are read from them.
+keeps one `zeus._core.recurring.PruningGts` per job and `JITPowerLimitOptimizer` one
+`zeus._core.recurring.JitPowerLimit`; the reference's attributes (`mabs`, `exp_manager`,
+`best_pl`, ...) are read from them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = [
 
 def _precision(rewards: np.ndarray) -> float:
     """1 / variance of `rewards`, infinite when they are all equal."""
-    return _core.reward_precision([float(r) for r in rewards])
+    return _core.recurring.reward_precision([float(r) for r in rewards])
 
 
 class GTSBatchSizeOptimizer(BatchSizeOptimizer):
@@ -146,7 +146,7 @@ class PruningExploreManager:
         self.batch_sizes = sorted(batch_sizes)
         self.default = default
         self.num_pruning_rounds = num_pruning_rounds
-        self._policy = _core.PruningGtsPolicy(
+        self._policy = _core.recurring.PruningGtsPolicy(
             self.batch_sizes, default, pruning_rounds=num_pruning_rounds
         )
         # (dispatched, converged, cost) of each exploration, per batch size, oldest first.
@@ -159,7 +159,7 @@ class PruningExploreManager:
     def _advance(self) -> None:
         try:
             kind, value = self._policy.next_exploration(dict(self._explorations))
-        except _core.NoConvergedBatchSizeError:
+        except _core.recurring.NoConvergedBatchSizeError:
             # A round without survivors ends exploration with none (the reference's behaviour).
             kind, value = "done", []
         self.expecting = value if kind == "explore" else 0
@@ -194,7 +194,7 @@ class PruningExploreManager:
 class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
     """The Zeus batch-size optimizer: pruning exploration, then Gaussian Thompson sampling.
 
-    Each job's decisions are made by a `zeus._core.PruningGts` (two pruning rounds, then a
+    Each job's decisions are made by a `zeus._core.recurring.PruningGts` (two pruning rounds, then a
     bandit that pulls each survivor twice before sampling, each arm fitted on its last
     `window_size` rewards), the composition the trace simulator and the batch-size optimizer
     server decide through too.
@@ -227,7 +227,7 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
         self.seed = seed
         self.verbose = verbose
         self.history: dict[Job, list[tuple[int, float]]] = {}
-        self._jobs: dict[Job, _core.PruningGts] = {}
+        self._jobs: dict[Job, _core.recurring.PruningGts] = {}
 
     @property
     def name(self) -> str:
@@ -276,19 +276,19 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
             raise ValueError(f"Default BS not specified for {job}.")
         if not batch_sizes:
             raise ValueError(f"Batch size list for {job} is empty.")
-        policy = _core.PruningGtsPolicy(
+        policy = _core.recurring.PruningGtsPolicy(
             sorted(batch_sizes),
             job.default_bs,
             prior_mean=self.prior_mean,
             prior_precision=self.prior_precision,
             window_size=self.window_size,
         )
-        self._jobs[job] = _core.PruningGts(policy, self.concurrency, self.seed)
+        self._jobs[job] = _core.recurring.PruningGts(policy, self.concurrency, self.seed)
         self.history[job] = []
         if self.verbose:
             self._log(f"Registered {job}")
 
-    def _job(self, job: Job) -> _core.PruningGts:
+    def _job(self, job: Job) -> _core.recurring.PruningGts:
         if job not in self._jobs:
             raise ValueError(f"{job} is not registered")
         return self._jobs[job]
@@ -298,7 +298,7 @@ class PruningGTSBatchSizeOptimizer(BatchSizeOptimizer):
 
         Raises:
             ValueError: `job` is not registered, or pruning left no batch size
-                (`zeus._core.NoConvergedBatchSizeError`).
+                (`zeus._core.recurring.NoConvergedBatchSizeError`).
 
         """
         core = self._job(job)
@@ -328,7 +328,7 @@ class JITPowerLimitOptimizer(PowerLimitOptimizer):
     """Just-in-time power-limit optimizer: keep the cheapest profiled power limit per batch size.
 
     On equal cost the first observed power limit is kept. Each job's choice is a
-    `zeus._core.JitPowerLimit`.
+    `zeus._core.recurring.JitPowerLimit`.
     """
 
     def __init__(self, verbose: bool = True) -> None:
@@ -336,7 +336,9 @@ class JITPowerLimitOptimizer(PowerLimitOptimizer):
         self.observe_count: defaultdict[Job, defaultdict[int, int]] = defaultdict(
             lambda: defaultdict(int)
         )
-        self._jobs: defaultdict[Job, _core.JitPowerLimit] = defaultdict(_core.JitPowerLimit)
+        self._jobs: defaultdict[Job, _core.recurring.JitPowerLimit] = defaultdict(
+            _core.recurring.JitPowerLimit
+        )
 
     @property
     def name(self) -> str:

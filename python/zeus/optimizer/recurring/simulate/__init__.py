@@ -1,21 +1,26 @@
 """Trace-driven simulation of recurring jobs (the Zeus NSDI'23 evaluation).
 
-The traces are parsed once into per-job tables in Rust (`zeus._core.SimTable`), and each
+The traces are parsed once into per-job tables in Rust (`zeus._core.recurring.SimTable`), and each
 recurrence is simulated by the Rust loop. `simulate` (the CLI) runs the Zeus policy and the
 baseline entirely in Rust; `Simulator` calls the policy objects it is given back from that loop
-(the built-in ones decide through the same Rust policy, `zeus._core.PruningGts` and
-`zeus._core.JitPowerLimit`).
+(the built-in ones decide through the same Rust policy, `zeus._core.recurring.PruningGts` and
+`zeus._core.recurring.JitPowerLimit`).
 
 Differences from the reference simulator, on purpose:
 
 - None in the decisions: training paths are drawn and the Zeus policy decides through
-  `zeus._core.NumpyRng`, numpy's `default_rng(seed)` draw for draw, so a seed gives the
+  `zeus._core.recurring.NumpyRng`, numpy's `default_rng(seed)` draw for draw, so a seed gives the
   reference's trajectory run for run.
 - The default batch size is clamped to the largest batch size of the trace (as the reference's
   Alibaba driver does per GPU), and batch sizes without any run at the job's target metric are
   left out (the reference would crash sampling from them).
 - The baseline (`policy="default"`) is deterministic: each recurrence costs the expectation over
   the trace's training paths at the default batch size and the maximum power limit.
+
+The published Zeus traces (`summary_train.csv`, `summary_power_a40.csv`,
+`summary_power_v100.csv`; Apache-2.0, from github.com/ml-energy/zeus) ship with the package in
+`TRACE_DIR`; `load_table`, `simulate` and `python -m zeus.simulate` read them when no trace
+directory is given.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
 
-from zeus._core import SimTable
+from zeus._core.recurring import SimTable
 from zeus.optimizer.recurring.job import HistoryEntry, Job
 from zeus.optimizer.recurring.policy.interface import BatchSizeOptimizer, PowerLimitOptimizer
 from zeus.util.metric import zeus_cost
@@ -38,7 +44,19 @@ __all__ = [
     "builtin_job",
     "WORKLOADS",
     "load_table",
+    "TRACE_DIR",
 ]
+
+#: The Zeus traces shipped with the package (see the `README.md` and `LICENSE` in it).
+TRACE_DIR: Path = Path(__file__).resolve().parent / "traces"
+
+_TraceDir = Optional[Union[str, os.PathLike[str]]]
+
+
+def _trace_dir(trace_dir: _TraceDir) -> str:
+    """`trace_dir` as a string, or the shipped traces' directory when it is `None`."""
+    return os.fspath(TRACE_DIR if trace_dir is None else trace_dir)
+
 
 # (rec, try, batch_size, power_limit, energy, time, reached) rows from the core.
 _Row = tuple[int, int, int, int, float, float, bool]
@@ -62,8 +80,14 @@ def builtin_job(workload: str) -> Job:
     return Job(workload, net, opt, tm, me, default_bs=b0)
 
 
-def load_table(trace_dir: str | os.PathLike[str], gpu: str, workload: str) -> SimTable:
+def load_table(trace_dir: _TraceDir, gpu: str, workload: str) -> SimTable:
     """The trace table of a built-in workload on `gpu` (`summary_power_<gpu>.csv` in `trace_dir`).
+
+    Args:
+        trace_dir: Directory with `summary_train.csv` and `summary_power_<gpu>.csv`; `None`
+            for the traces shipped with zeus (`TRACE_DIR`).
+        gpu: GPU name (any with a power trace in the directory).
+        workload: One of `WORKLOADS`.
 
     Raises:
         FileNotFoundError: `summary_train.csv` is missing.
@@ -71,7 +95,7 @@ def load_table(trace_dir: str | os.PathLike[str], gpu: str, workload: str) -> Si
             line, column and value).
 
     """
-    return SimTable.builtin(os.fspath(trace_dir), gpu, workload)
+    return SimTable.builtin(_trace_dir(trace_dir), gpu, workload)
 
 
 def _source(value: Any, name: str) -> dict[str, str]:
@@ -200,7 +224,7 @@ class SimulationResult:
 
 
 def simulate(
-    trace_dir: str | os.PathLike[str],
+    trace_dir: _TraceDir,
     gpu: str,
     workload: str,
     policy: Literal["zeus", "default"] = "zeus",
@@ -213,7 +237,8 @@ def simulate(
     """Simulate a built-in workload on `gpu` with the Zeus policy or the baseline.
 
     Args:
-        trace_dir: Directory with `summary_train.csv` and `summary_power_<gpu>.csv`.
+        trace_dir: Directory with `summary_train.csv` and `summary_power_<gpu>.csv`; `None`
+            for the traces shipped with zeus (`TRACE_DIR`).
         gpu: GPU name (any with a power trace).
         workload: One of `WORKLOADS`.
         policy: `zeus` or `default` (default batch size, maximum power limit, no early stop).
