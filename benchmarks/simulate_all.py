@@ -1,8 +1,10 @@
 """Wall time of the trace-driven simulator: six workloads x two GPUs x five seeds.
 
 Usage:
-    python benchmarks/simulate_all.py TRACE_DIR [--reference /tmp/refvenv/bin/python]
+    python benchmarks/simulate_all.py [TRACE_DIR] [--reference /tmp/refvenv/bin/python]
         [--repeat 5] [--json out.json]
+
+TRACE_DIR defaults to the Zeus traces shipped with zeus (`zeus.simulate.TRACE_DIR`).
 
 Ours: `zeus.simulate` (the Zeus policy, one Rust call per simulation), timed end to end
 including trace parsing (once per GPU and workload, as a user would). With `--reference`, the
@@ -21,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from zeus.simulate import WORKLOADS, load_table, simulate
+from zeus.simulate import TRACE_DIR, WORKLOADS, load_table, simulate
 
 GPUS = ("v100", "a40")
 SEEDS = (1, 2, 3, 4, 5)
@@ -73,7 +75,7 @@ def reference(python: str, trace_dir: str) -> tuple[float, dict[tuple[str, str],
 def main() -> None:
     """Run the benchmark and print a summary."""
     p = argparse.ArgumentParser()
-    p.add_argument("trace_dir")
+    p.add_argument("trace_dir", nargs="?", default=str(TRACE_DIR))
     p.add_argument("--reference", help="python of a venv with zeus-ml==0.8.2")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--json", help="write the figures here")

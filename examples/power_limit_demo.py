@@ -4,7 +4,8 @@ A toy training loop (each step does a fixed amount of work on the simulated A40,
 clock, so this runs in seconds) is driven by `GlobalPowerLimitOptimizer`. The optimizer scans
 the power limits from 300 W down to 100 W, measures each, and settles on the one with the least
 Zeus cost. The workload curve is the Zeus trace's ImageNet/ResNet-50 (batch 256) on an A40 when
-the trace is available (`--trace`), else the simulator's default curve. Whatever the curve, a
+the trace is available (`--trace`; by default the copy of the Zeus traces shipped with zeus,
+`zeus.simulate.TRACE_DIR`), else the simulator's default curve. Whatever the curve, a
 step lasts a quarter of a (virtual) second at the maximum limit, as a real training step might:
 a profiling window of 20 steps then spans many updates of the GPU's energy counter (every 0.1 s),
 which is what a window needs to measure energy at all.
@@ -32,6 +33,7 @@ import zeus.device.sim
 from zeus.monitor import ZeusMonitor
 from zeus.optimizer import GlobalPowerLimitOptimizer
 from zeus.optimizer.power_limit import Done, ZeusCost
+from zeus.simulate import TRACE_DIR
 
 STEP_SECONDS = 0.25  # how long one training step takes at the maximum power limit
 
@@ -48,10 +50,7 @@ def load_curve(path: str) -> list[tuple[float, float, float]]:
 
 def main() -> None:
     """Train under the optimizer and report what it chose."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    default_trace = os.path.join(
-        here, "..", "..", "shared", "data", "zeus-traces", "summary_power_a40.csv"
-    )
+    default_trace = os.fspath(TRACE_DIR / "summary_power_a40.csv")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default=default_trace, help="Zeus power trace CSV (A40)")
     ap.add_argument("--eta", type=float, default=0.5, help="energy-vs-time knob in [0, 1]")

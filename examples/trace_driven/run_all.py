@@ -1,9 +1,10 @@
 """Simulate Zeus on every paper workload and every GPU with a power trace.
 
 Usage:
-    python examples/trace_driven/run_all.py TRACE_DIR [--seeds 1,2,3,4,5] [--eta 0.5] [--beta 2.0]
+    python examples/trace_driven/run_all.py [TRACE_DIR] [--seeds 1,2,3,4,5] [--eta 0.5] [--beta 2.0]
 
-TRACE_DIR holds `summary_train.csv` and `summary_power_<gpu>.csv` files (the Zeus traces).
+TRACE_DIR holds `summary_train.csv` and `summary_power_<gpu>.csv` files (the Zeus traces);
+without it, the Zeus traces shipped with zeus (`zeus.simulate.TRACE_DIR`: A40 and V100).
 For each GPU and workload it runs the Zeus policy (pruning + Gaussian Thompson sampling over
 batch sizes, just-in-time power limits) for 2·|batch sizes|·|power limits| recurrences and the
 baseline (the default batch size at the maximum power limit), and prints the energy saved.
@@ -15,7 +16,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from zeus.simulate import WORKLOADS, load_table, simulate
+from zeus.simulate import TRACE_DIR, WORKLOADS, load_table, simulate
 
 
 def gpus_in(trace_dir: Path) -> list[str]:
@@ -28,7 +29,7 @@ def gpus_in(trace_dir: Path) -> list[str]:
 def main() -> None:
     """Run all simulations and print the table."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("trace_dir", type=Path)
+    p.add_argument("trace_dir", type=Path, nargs="?", default=TRACE_DIR)
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--eta", type=float, default=0.5)
     p.add_argument("--beta", type=float, default=2.0)

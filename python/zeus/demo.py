@@ -90,23 +90,20 @@ def _monitored_workload(console: Console, seconds: float, plot: str | None) -> N
 
 
 def _plot_power(console: Console, path: str, times: list[float], series: dict) -> None:
+    """The workload's power timeline, drawn as `python -m zeus.analyze plot` draws a log."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         console.print("(matplotlib is not installed: no plot)")
         return
-    fig, ax = plt.subplots(figsize=(8, 3))
-    t0 = times[0] if times else 0.0
-    for gpu, watts in series.items():
-        ax.plot([t - t0 for t in times], watts, label=f"GPU{gpu}")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("power (W)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
+    from zeus.analyze import PowerSeries, plot_power
+
+    gpus = get_gpus()
+    names = {i: gpus.get_name(i) for i in range(len(gpus))}
+    timeline = PowerSeries(times=list(times), watts={g: list(w) for g, w in series.items()})
+    plot_power(
+        [timeline], path, names, size=(900, 450), title="GPU power during the demo's workload"
+    )
     console.print(f"power timeline plotted to {path}")
 
 
