@@ -724,8 +724,7 @@ impl EnergyMonitor {
             Ok(self.cancelled())
         } else {
             self.check_gone()
-                .and_then(|_| self.close(key, &w, instant, exact, false))
-                .map(|(end, _)| end)
+                .and_then(|_| self.close(key, &w, instant, exact, None))
         };
         if r.is_err() {
             self.windows.insert(k, w);
@@ -753,11 +752,12 @@ impl EnergyMonitor {
                 "Measurement window '{key}' does not exist"
             )));
         };
+        let mut next = None;
         match self
             .check_gone()
-            .and_then(|_| self.close(key, &w, None, false, true))
+            .and_then(|_| self.close(key, &w, None, false, Some(&mut next)))
         {
-            Ok((end, next)) => {
+            Ok(end) => {
                 let next = next.expect("close reopens when asked to");
                 self.windows.insert(key.to_owned(), next);
                 // A failing sample leaves a gap in the timeline that the next slice's bound
@@ -839,17 +839,18 @@ impl EnergyMonitor {
         p
     }
 
-    /// Close `w` now. With `reopen`, also the state a window opening at this very instant
-    /// would start from, made of the same end reads, so that consecutive slices add up to the
-    /// whole (`cut_window`).
+    /// Close `w` now. With `next`, also the state a window opening at this very instant would
+    /// start from, made of the same end reads, so that consecutive slices add up to the whole
+    /// (`cut_window`).
     fn close(
         &mut self,
         key: &str,
         w: &OpenWindow,
         instant: Option<&InstantPower>,
         exact: bool,
-        reopen: bool,
-    ) -> MonitorResult<(WindowEnd, Option<OpenWindow>)> {
+        next: Option<&mut Option<OpenWindow>>,
+    ) -> MonitorResult<WindowEnd> {
+        let reopen = next.is_some();
         let start = w.start;
         let end = self.gpus.now();
         let time = end - start;
@@ -983,30 +984,17 @@ impl EnergyMonitor {
             ));
         }
         self.cross_check(key, start, end, &energy, &mut warnings);
-        let next = if reopen {
-            let mut cached_j = Vec::new();
-            self.read_cached(end, &mut cached_j);
-            let mut counters_mj = self.scratch.clone();
-            for k in 0..self.indices.len() {
-                // The cache answered at the start but not now: the next slice needs the
-                // counter itself, which this slice did not read.
-                if self.has_counter[k] && cached_j[k].is_nan() && !w.cached_j[k].is_nan() {
-                    counters_mj[k] = self.device_read(self.indices[k])?;
-                }
-            }
-            Some(OpenWindow {
-                start: end,
-                counters_mj,
-                cached_j,
-                zones_j: end_zones_j,
-                zones_uncertain_j: end_zones_u,
-                safe_mj: safe_now,
-                start_w: end_w,
-                start_edges: end_edges,
-            })
-        } else {
-            None
-        };
+        if let Some(slot) = next {
+            *slot = Some(self.reopened(
+                w,
+                end,
+                end_zones_j,
+                end_zones_u,
+                safe_now,
+                end_w,
+                end_edges,
+            )?);
+        }
         let m = Measurement {
             time,
             energy,
@@ -1018,11 +1006,45 @@ impl EnergyMonitor {
             dram_bound,
         };
         self.write_log(key, start, &m)?;
-        let end = WindowEnd {
+        Ok(WindowEnd {
             measurement: m,
             warnings,
-        };
-        Ok((end, next))
+        })
+    }
+
+    /// The start of a window reopened at `end` from the reads that closed `w` there (a cut).
+    #[cold]
+    #[allow(clippy::too_many_arguments)]
+    fn reopened(
+        &self,
+        w: &OpenWindow,
+        end: f64,
+        zones_j: Vec<f64>,
+        zones_uncertain_j: Vec<(f64, f64)>,
+        safe_mj: Vec<Option<u64>>,
+        start_w: Vec<f64>,
+        start_edges: Vec<Option<Edge>>,
+    ) -> MonitorResult<OpenWindow> {
+        let mut cached_j = Vec::new();
+        self.read_cached(end, &mut cached_j);
+        let mut counters_mj = self.scratch.clone();
+        for k in 0..self.indices.len() {
+            // The cache answered at the start but not now: the next slice needs the counter
+            // itself, which this slice did not read.
+            if self.has_counter[k] && cached_j[k].is_nan() && !w.cached_j[k].is_nan() {
+                counters_mj[k] = self.device_read(self.indices[k])?;
+            }
+        }
+        Ok(OpenWindow {
+            start: end,
+            counters_mj,
+            cached_j,
+            zones_j,
+            zones_uncertain_j,
+            safe_mj,
+            start_w,
+            start_edges,
+        })
     }
 
     /// Counter reads now for the GPUs that had one at the start (safe mode).
