@@ -1,6 +1,7 @@
 """`python -m zeus.simulate`: simulate one paper workload on one GPU's traces.
 
-Prints one JSON object with the totals; `--output` writes one CSV row per run.
+Prints one JSON object with the totals; `--output` writes one CSV row per run. Without
+`--trace-dir` it reads the Zeus traces shipped with zeus (`zeus.simulate.TRACE_DIR`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import csv
 import json
 import sys
 
-from zeus.optimizer.recurring.simulate import WORKLOADS, simulate
+from zeus.optimizer.recurring.simulate import TRACE_DIR, WORKLOADS, simulate
 from zeus.util import cli
 
 
@@ -18,7 +19,12 @@ def _parser() -> cli.Parser:
         prog="python -m zeus.simulate",
         description="Trace-driven simulation of a recurring job (Zeus, NSDI'23).",
     )
-    p.add_argument("--trace-dir", required=True, help="directory with the trace CSV files")
+    p.add_argument(
+        "--trace-dir",
+        default=None,
+        help="directory with the trace CSV files (default: the Zeus traces shipped with zeus, "
+        f"{TRACE_DIR})",
+    )
     p.add_argument("--gpu", required=True, help="GPU name; needs summary_power_<gpu>.csv")
     p.add_argument("--workload", required=True, help=f"one of: {', '.join(WORKLOADS)}")
     p.add_argument("--policy", default="zeus", choices=["zeus", "default"])
