@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
+from zeus.util import cli
+
+PROG = "python -m zeus"
+
 COMMANDS = """zeus: measure and cut the energy deep-learning jobs spend on GPUs.
 
 Commands:
@@ -17,12 +23,21 @@ Commands:
   zeus-bso-server                    batch-size optimizer server ('bso-server' extra)
   zeus-perseus-server                Perseus frequency-plan server ('perseus' extra)
 
-Each takes --help; --debug shows the traceback of an error.
+Each takes --help and --version; --debug shows the traceback of an error.
 """
 
 
-def main() -> int:
-    """Print the command list."""
+def main(argv: list[str] | None = None) -> int:
+    """Print the command list (or, with `--version`, the version); returns the exit status."""
+    return cli.run(PROG, _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    cli.Parser(
+        prog=PROG,
+        description=COMMANDS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     print(COMMANDS, end="")
     return 0
 

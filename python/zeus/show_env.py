@@ -13,6 +13,8 @@ import re
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
+from zeus.util import cli
+
 _PACKAGES = ("zeus-energy", "torch", "transformers", "nvidia-ml-py", "pydantic", "numpy")
 
 
@@ -75,5 +77,20 @@ def show_env() -> None:
         )
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m zeus.show_env`; returns the exit status."""
+    return cli.run("python -m zeus.show_env", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    cli.Parser(
+        prog="python -m zeus.show_env",
+        description="Print the Python and package versions, the GPU backend and its devices, "
+        "and the ZEUS_* and CUDA_* settings in force (credentials redacted), for bug reports.",
+    ).parse_args(argv)
     show_env()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

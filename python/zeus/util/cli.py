@@ -5,6 +5,9 @@ without a feature) print `PROG: error: ...` and `PROG: hint: ...` on stderr and 
 bad argument), without a traceback. `--debug` anywhere on the command line, or
 `ZEUS_LOG_LEVEL=DEBUG`, shows the traceback instead. Unexpected errors keep theirs.
 
+Every `Parser` (not its subcommands' parsers) takes `--version`, which prints
+`PROG VERSION` (`version_line`) and exits 0.
+
 Example:
     >>> def main(argv=None) -> int:
     ...     return run("python -m zeus.thing", _main, argv)  # doctest: +SKIP
@@ -16,8 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, NoReturn, Sequence
+from functools import partial
+from typing import Any, Callable, NoReturn, Sequence
 
+from zeus import __version__
 from zeus.exception import ZeusBaseError
 
 # Top-level modules of optional dependencies, and the extra that installs each.
@@ -47,8 +52,32 @@ class CliError(Exception):
         self.status = status
 
 
+def version_line(prog: str) -> str:
+    """What `PROG --version` prints: the command as it is typed, then zeus's version."""
+    return f"{prog} {__version__}"
+
+
 class Parser(argparse.ArgumentParser):
-    """`argparse` with the same one-line error and hint as `run`."""
+    """`argparse` with the same one-line error and hint as `run`, and `--version`.
+
+    The parsers of subcommands (`add_subparsers().add_parser`) have no `--version`: it belongs
+    to the command, `PROG --version`.
+    """
+
+    def __init__(self, *args: Any, version: bool = True, **kwargs: Any) -> None:
+        """Make the parser; `version=False` leaves out the `--version` option."""
+        super().__init__(*args, **kwargs)
+        if version:
+            self.add_argument(
+                "--version",
+                action="version",
+                version=version_line(self.prog),
+                help="print the command and zeus's version, and exit",
+            )
+
+    def add_subparsers(self, **kwargs: Any) -> Any:  # noqa: D102
+        kwargs.setdefault("parser_class", partial(type(self), version=False))
+        return super().add_subparsers(**kwargs)
 
     def error(self, message: str) -> NoReturn:  # noqa: D102
         print(f"{self.prog}: error: {message}", file=sys.stderr)

@@ -2,4 +2,4 @@
 
 from zeus.optimizer.batch_size.server.cli import main
 
-main()
+raise SystemExit(main())
