@@ -11,6 +11,7 @@ under the job's lock and writes its decisions back in the same transaction.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -27,14 +28,37 @@ NoConvergedBatchSizeError = _core.recurring.NoConvergedBatchSizeError
 
 def policy_of(job: Any) -> _core.recurring.PruningGtsPolicy:
     """The batch-size policy of a job row (its `window_size <= 0` means every reward)."""
-    return _core.recurring.PruningGtsPolicy(
-        json.loads(job.batch_sizes),
+    return _policy(
+        job.batch_sizes,
         int(job.default_batch_size),
-        pruning_rounds=int(job.num_pruning_rounds),
-        prior_mean=float(job.mab_prior_mean),
-        prior_precision=float(job.mab_prior_precision),
-        bandit_explorations=int(job.mab_num_explorations),
-        window_size=int(job.window_size),
+        int(job.num_pruning_rounds),
+        float(job.mab_prior_mean),
+        float(job.mab_prior_precision),
+        int(job.mab_num_explorations),
+        int(job.window_size),
+    )
+
+
+# A job's settings never change, and a policy is immutable: the one built for them serves
+# every request of the job (parsing the batch sizes each time cost a few % of a cycle).
+@functools.lru_cache(maxsize=1024)
+def _policy(
+    batch_sizes_json: str,
+    default_batch_size: int,
+    pruning_rounds: int,
+    prior_mean: float,
+    prior_precision: float,
+    bandit_explorations: int,
+    window_size: int,
+) -> _core.recurring.PruningGtsPolicy:
+    return _core.recurring.PruningGtsPolicy(
+        json.loads(batch_sizes_json),
+        default_batch_size,
+        pruning_rounds=pruning_rounds,
+        prior_mean=prior_mean,
+        prior_precision=prior_precision,
+        bandit_explorations=bandit_explorations,
+        window_size=window_size,
     )
 
 
