@@ -142,7 +142,8 @@ def test_bad_cpu_indices_are_value_errors() -> None:
         from zeus.device.cpu import ZeusBaseCPUError
         errors = []
         for kw in ({"cpu_indices": [0, 0]}, {"cpu_indices": [5]}, {"cpu_indices": []},
-                   {"cpu_indices": [-1]}, {"gpu_indices": []}):
+                   {"cpu_indices": [-1]}, {"gpu_indices": []},
+                   {"gpu_indices": [], "cpu_indices": []}):
             try:
                 ZeusMonitor(**kw)
                 errors.append(None)
@@ -152,4 +153,12 @@ def test_bad_cpu_indices_are_value_errors() -> None:
         """,
         {"ZEUS_GPU_BACKEND": "sim", "ZEUS_SIM_CPUS": "1"},
     )
-    assert r == ["ValueError", "ZeusCPUNotFoundError", "ValueError", "ValueError", "ValueError"]
+    # `cpu_indices=[]` is Zeus 0.16's "no CPU" (a GPU monitor); nothing at all to measure is not.
+    assert r == [
+        "ValueError",
+        "ZeusCPUNotFoundError",
+        None,
+        "ValueError",
+        "ValueError",
+        "ValueError",
+    ]

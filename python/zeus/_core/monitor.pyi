@@ -49,13 +49,15 @@ class Measurement:
     def __new__(
         cls,
         time: float,
-        energy: Mapping[int, float],
+        energy: Mapping[int, float] | None = None,
         cpu_energy: Mapping[int, float] | None = None,
         dram_energy: Mapping[int, float] | None = None,
         gpu_energy_uncertainty: Mapping[int, float] | None = None,
         cpu_energy_uncertainty: Mapping[int, float] | None = None,
         dram_energy_uncertainty: Mapping[int, float] | None = None,
         gpu_energy_provenance: Mapping[int, Provenance] | None = None,
+        *,
+        gpu_energy: Mapping[int, float] | None = None,
     ) -> Measurement: ...
     @property
     def energy(self) -> dict[int, float]: ...
@@ -147,6 +149,8 @@ class PowerMonitor:
         gpu_index: int | None = None,
         start_time: float | None = None,
         end_time: float | None = None,
+        *,
+        power_domain: str | None = None,
     ) -> dict[int, list[tuple[float, float]]]: ...
     def get_all_power_timelines(
         self,
@@ -198,7 +202,12 @@ class ZeusMonitor:
         cpu_indices: list[int] | None = None,
     ) -> PowerMonitor | None: ...
     def begin_window(
-        self, key: str, sync_cuda: bool | None = None, *, sync_execution: bool | None = None
+        self,
+        key: str,
+        sync_cuda: bool | None = None,
+        *,
+        sync_execution: bool | None = None,
+        restart: bool = False,
     ) -> None: ...
     def _set_short_window_warnings(self, on: bool) -> None: ...
     def end_window(

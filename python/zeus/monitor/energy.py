@@ -134,8 +134,8 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
             reads: How energy counters are read: `"auto"`, `"cached"` (the sampler thread) or
                 `"direct"` (a counter read at every window edge); see the class docstring.
             cpu_indices: CPU packages to monitor (RAPL package and DRAM energy). `None` (the
-                default) monitors no CPU; see the class docstring. With CPUs, `gpu_indices`
-                may be `[]` for a CPU-only monitor (no GPU backend is opened then).
+                default) or `[]` monitors no CPU; see the class docstring. With CPUs,
+                `gpu_indices` may be `[]` for a CPU-only monitor (no GPU backend is opened then).
             sync_execution_with: The framework whose queued work a window sync waits for:
                 `"torch"`, `"jax"` or `"cupy"` (Zeus 0.16's argument). `None` (the default)
                 takes whichever is present with a GPU. A framework that is not installed or
@@ -143,7 +143,7 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
 
         Raises:
             ValueError: `gpu_indices` is empty without CPUs, repeats a GPU or names one that
-                is not visible; `cpu_indices` is empty, repeats or names a missing package;
+                is not visible; `cpu_indices` repeats or names a missing package;
                 `reads` is not one of the three modes; or `sync_execution_with` is not a
                 framework name.
             ZeusRAPLNotSupportedError: CPUs were asked for and no RAPL zone exists.
@@ -152,7 +152,9 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
 
         """
         indices = check_indices("gpu_indices", gpu_indices)
-        cpus = check_indices("cpu_indices", cpu_indices)
+        # `[]` is how Zeus 0.16 code says "no CPU" (its docs tell users without RAPL to pass
+        # it): the same as None here.
+        cpus = check_indices("cpu_indices", cpu_indices) or None
         if sync_execution_with is not None and sync_execution_with not in FRAMEWORKS:
             raise ValueError(
                 f"sync_execution_with={sync_execution_with!r}: expected one of "

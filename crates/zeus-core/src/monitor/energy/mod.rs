@@ -565,6 +565,7 @@ impl EnergyMonitor {
             .collect()
     }
 
+    /// Whether window `key` is open.
     pub fn is_open(&self, key: &str) -> bool {
         self.windows.contains_key(key)
     }

@@ -186,14 +186,16 @@ impl PyZeusMonitor {
         Ok(own)
     }
 
-    /// Open measurement window `key` (see `zeus.monitor.ZeusMonitor`).
-    #[pyo3(signature = (key, sync_cuda = None, *, sync_execution = None))]
+    /// Open measurement window `key` (see `zeus.monitor.ZeusMonitor`). With `restart` (Zeus
+    /// 0.16), an open window of that name is dropped and opened again instead of refused.
+    #[pyo3(signature = (key, sync_cuda = None, *, sync_execution = None, restart = false))]
     fn begin_window(
         &self,
         py: Python<'_>,
         key: PyBackedStr,
         sync_cuda: Option<bool>,
         sync_execution: Option<bool>,
+        restart: bool,
     ) -> PyResult<()> {
         let st = self.state()?;
         if sync_flag(sync_cuda, sync_execution)? {
@@ -202,7 +204,11 @@ impl PyZeusMonitor {
         // The GIL is kept: the reads take a microsecond or so, and releasing and retaking it
         // would cost a good share of that (the mutex is never awaited without the GIL held,
         // so this cannot deadlock).
-        lock(&st.core).begin_window(&key).py_err(py)
+        let mut core = lock(&st.core);
+        if restart && core.is_open(&key) {
+            core.end_window(&key, true, None).py_err(py)?;
+        }
+        core.begin_window(&key).py_err(py)
     }
 
     /// Close measurement window `key` and return its `Measurement` (see

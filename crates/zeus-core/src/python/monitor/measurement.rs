@@ -206,25 +206,42 @@ impl PyMeasurement {
     #[new]
     #[pyo3(signature = (
         time,
-        energy,
+        energy = None,
         cpu_energy = None,
         dram_energy = None,
         gpu_energy_uncertainty = None,
         cpu_energy_uncertainty = None,
         dram_energy_uncertainty = None,
         gpu_energy_provenance = None,
+        *,
+        gpu_energy = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         time: f64,
-        energy: &Bound<'_, PyAny>,
+        energy: Option<&Bound<'_, PyAny>>,
         cpu_energy: Option<&Bound<'_, PyAny>>,
         dram_energy: Option<&Bound<'_, PyAny>>,
         gpu_energy_uncertainty: Option<&Bound<'_, PyAny>>,
         cpu_energy_uncertainty: Option<&Bound<'_, PyAny>>,
         dram_energy_uncertainty: Option<&Bound<'_, PyAny>>,
         gpu_energy_provenance: Option<&Bound<'_, PyAny>>,
+        gpu_energy: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        // `gpu_energy` is Zeus 0.16's name of `energy` (the reference's).
+        let energy = match (energy, gpu_energy) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "give the GPU energy once: energy (zeus 0.8.2) or gpu_energy (Zeus 0.16)",
+                ))
+            }
+            (Some(e), None) | (None, Some(e)) => e,
+            (None, None) => {
+                return Err(PyValueError::new_err(
+                    "Measurement needs the GPU energy: energy=... (or gpu_energy=...)",
+                ))
+            }
+        };
         let dict = as_dict(Some(energy))?;
         Ok(PyMeasurement {
             time,

@@ -264,7 +264,8 @@ impl PyPowerMonitor {
     /// Zeus 0.16's timeline export: `{gpu_index: [(timestamp, watts), ...]}` of one domain
     /// (default: the first of `power_domains`), for one GPU or all, samples within
     /// `[start_time, end_time]` where given.
-    #[pyo3(signature = (gpu_power_domain = None, gpu_index = None, start_time = None, end_time = None))]
+    /// `power_domain` is Zeus 0.16.0's name of `gpu_power_domain` (its master's).
+    #[pyo3(signature = (gpu_power_domain = None, gpu_index = None, start_time = None, end_time = None, *, power_domain = None))]
     fn get_power_timeline<'py>(
         &self,
         py: Python<'py>,
@@ -272,8 +273,16 @@ impl PyPowerMonitor {
         gpu_index: Option<usize>,
         start_time: Option<f64>,
         end_time: Option<f64>,
+        power_domain: Option<&str>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let dom = parse_domain(py, gpu_power_domain)?;
+        if gpu_power_domain.is_some() && power_domain.is_some() && gpu_power_domain != power_domain
+        {
+            return Err(PyValueError::new_err(format!(
+                "gpu_power_domain={gpu_power_domain:?} and power_domain={power_domain:?} disagree; \
+                 give one (they are two names of the same argument)"
+            )));
+        }
+        let dom = parse_domain(py, gpu_power_domain.or(power_domain))?;
         let indices = self.inner.gpu_indices();
         let columns: Vec<usize> = match gpu_index {
             None => (0..indices.len()).collect(),
@@ -319,8 +328,14 @@ impl PyPowerMonitor {
     ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for dom in self.inner.domains() {
-            let t =
-                self.get_power_timeline(py, Some(dom.name()), gpu_index, start_time, end_time)?;
+            let t = self.get_power_timeline(
+                py,
+                Some(dom.name()),
+                gpu_index,
+                start_time,
+                end_time,
+                None,
+            )?;
             d.set_item(dom.name(), t)?;
         }
         Ok(d)
