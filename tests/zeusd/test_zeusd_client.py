@@ -22,6 +22,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -114,6 +115,44 @@ def _run_client(tmp_path: Path, code: str, **env: str) -> dict[str, Any]:
     return dict(json.loads(results[-1]))
 
 
+@contextmanager
+def _held_client(tmp_path: Path, code: str, **env: str) -> Iterator[dict[str, Any]]:
+    """Run client code and keep its process alive while the with-block reads the daemon.
+
+    The daemon gives a client's holds back when the client exits (within 200 ms over the
+    socket, a second after its hold connection over TCP), so what a client set must be read
+    while it still runs; a read after `_run_client` returns races the restore.
+    """
+    stderr = tmp_path / "client-stderr.txt"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PRELUDE + textwrap.dedent(code) + "\nsys.stdin.read()\n"],
+            env=_client_env(tmp_path, **env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        result = None
+        for line in proc.stdout:  # pytest-timeout bounds a client that hangs before reporting
+            if line.startswith("RESULT "):
+                result = dict(json.loads(line[7:]))
+                break
+        assert result is not None, (
+            f"client printed no result (rc {proc.wait()}):\n{stderr.read_text()}"
+        )
+        yield result
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _client_journal(tmp_path: Path) -> list[Any]:
     """What the client journaled locally: files in its state dir, and the entries read back."""
     state = tmp_path / "client-state"
@@ -140,7 +179,7 @@ def test_direct_write_without_the_daemon_is_refused(tmp_path: Path) -> None:
 
 def test_power_limit_through_the_socket(tmp_path: Path, zeusd_uds: Daemon) -> None:
     assert zeusd_uds.power_limits() == {0: 400_000, 1: 400_000}
-    out = _run_client(
+    with _held_client(
         tmp_path,
         """
         from zeus.device import get_gpus
@@ -154,33 +193,37 @@ def test_power_limit_through_the_socket(tmp_path: Path, zeusd_uds: Daemon) -> No
             fail(e)
         """,
         **zeusd_uds.env,
-    )
-    assert out.get("ok"), out
-    assert zeusd_uds.power_limits() == {0: 250_000, 1: 300_000}
+    ) as out:
+        assert out.get("ok"), out
+        # GPU 1's write was not blocking: the daemon answered before it applied it.
+        deadline = time.monotonic() + 10
+        while zeusd_uds.power_limits()[1] != 300_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert zeusd_uds.power_limits() == {0: 250_000, 1: 300_000}
     assert out["direct_read"] == 250_000
     assert _client_journal(tmp_path) == []
 
 
 def test_visible_index_maps_to_the_daemons_index(tmp_path: Path, zeusd_uds: Daemon) -> None:
     # CUDA_VISIBLE_DEVICES renumbers the client's GPUs, not the daemon's.
-    out = _run_client(
+    with _held_client(
         tmp_path,
         _set_limit(0, 200_000),
         CUDA_VISIBLE_DEVICES="1",
         **zeusd_uds.env,
-    )
-    assert out.get("ok"), out
-    assert zeusd_uds.power_limits() == {0: 400_000, 1: 200_000}
+    ) as out:
+        assert out.get("ok"), out
+        assert zeusd_uds.power_limits() == {0: 400_000, 1: 200_000}
 
 
 def test_power_limit_over_tcp(tmp_path: Path, zeusd_tcp: Daemon) -> None:
-    out = _run_client(
+    with _held_client(
         tmp_path,
         _set_limit(1, 150_000),
         **zeusd_tcp.env,
-    )
-    assert out.get("ok"), out
-    assert zeusd_tcp.power_limits() == {0: 400_000, 1: 150_000}
+    ) as out:
+        assert out.get("ok"), out
+        assert zeusd_tcp.power_limits() == {0: 400_000, 1: 150_000}
 
 
 def test_token_is_accepted_by_a_daemon_without_auth(tmp_path: Path, zeusd_uds: Daemon) -> None:
@@ -299,7 +342,7 @@ def test_daemon_rejection_names_the_daemon(tmp_path: Path, zeusd_uds: Daemon) ->
 
 
 def test_locked_clocks_go_through_the_daemon(tmp_path: Path, zeusd_uds: Daemon) -> None:
-    out = _run_client(
+    with _held_client(
         tmp_path,
         """
         from zeus.device import get_gpus
@@ -314,11 +357,11 @@ def test_locked_clocks_go_through_the_daemon(tmp_path: Path, zeusd_uds: Daemon) 
             fail(e)
         """,
         **zeusd_uds.env,
-    )
-    assert out.get("ok"), out
-    # No GET for locked clocks in the API: the daemon's journal shows it locked them. (The
-    # simulated UUIDs are the same in both processes: they derive from model and index.)
-    assert _daemon_clock_locks(zeusd_uds.state_dir) == {out["uuid"]: (True, True)}
+    ) as out:
+        assert out.get("ok"), out
+        # No GET for locked clocks in the API: the daemon's journal shows it locked them. (The
+        # simulated UUIDs are the same in both processes: they derive from model and index.)
+        assert _daemon_clock_locks(zeusd_uds.state_dir) == {out["uuid"]: (True, True)}
     assert _client_journal(tmp_path) == []
 
 
