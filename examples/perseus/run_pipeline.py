@@ -136,6 +136,8 @@ def run_job(scheduler: str, scheduler_args: dict, iters: int, workdir: Path) -> 
         _wait_for_server(url, server)
         tag = f"{scheduler}-{uuid.uuid4().hex[:8]}"
         wenv = dict(env, ZEUS_GPU_BACKEND="sim", ZEUS_SIM_CLOCK="virtual", ZEUS_SIM_GPUS="A40")
+        # Each stage's simulated A40 is its own device, but all four have GPU 0's identity: in
+        # one journal directory they would take each other for processes sharing one GPU.
         workers = [
             subprocess.Popen(
                 [
@@ -153,7 +155,7 @@ def run_job(scheduler: str, scheduler_args: dict, iters: int, workdir: Path) -> 
                     "--out",
                     str(workdir / f"{scheduler}-rank{r}.json"),
                 ],
-                env=wenv,
+                env=dict(wenv, ZEUS_STATE_DIR=str(workdir / f"state-rank{r}")),
             )
             for r in range(NUM_STAGES)
         ]

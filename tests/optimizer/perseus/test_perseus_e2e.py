@@ -24,6 +24,8 @@ def test_energy_optimal_beats_all_max_without_slowdown(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # Each stage journals its own simulated GPU: none takes another's for a process sharing it.
+    assert "also change" not in proc.stderr, proc.stderr[-3000:]
     summary = json.loads(out.read_text())
     # Profiling walked 10 frequencies, each iteration at one frequency everywhere.
     profiled = [it["frequencies"] for it in summary["profiling"]]

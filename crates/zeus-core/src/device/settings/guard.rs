@@ -53,10 +53,10 @@ impl fmt::Display for Notice {
             } => {
                 write!(
                     f,
-                    "GPU {index}'s {} is also changed by running process(es) {}; the original \
-                     is kept in the journal and put back when the last of them ends",
-                    kind.describe(),
-                    pid_list(holders)
+                    "running process(es) {} also change GPU {index}'s {}; the original is kept \
+                     in the journal and put back when the last of them ends",
+                    pid_list(holders),
+                    kind.describe()
                 )
             }
             Notice::MovedAside { index, corrupt } => {
