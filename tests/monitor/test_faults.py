@@ -38,6 +38,11 @@ def truth():
     assert lib.zeusSimTrueEnergy(0, ctypes.byref(x)) == 0
     return x.value
 
+def truth_at(t):
+    x = ctypes.c_double()
+    assert lib.zeusSimTrueEnergyAt(0, ctypes.c_double(t), ctypes.byref(x)) == 0
+    return x.value
+
 def busy(on):
     assert lib.zeusSimSetBusy(0, 1 if on else 0) == 0
 
@@ -53,20 +58,23 @@ def window(mon, name, seconds, gap=0.3, exact=True):
     # exact=True: the end waits for the counter's next update, so both edges are settled
     # between counter values (the figures the Rust sampler tests hold windows to).
     time.sleep(gap)
-    t0 = truth()
     mon.begin_window(name)
+    # The truth between the very instants the monitor recorded (read while the simulator still
+    # remembers them): on a busy machine this process may be preempted for tens of ms between
+    # any two calls, and idle energy there would count in a truth bracketed by reads around
+    # begin_window and end_window.
+    start = mon.measurement_states[name][0]
+    e0 = truth_at(start)
+    # The load steps at the window's edges.
     busy(True)
     time.sleep(seconds)
-    # The load steps at the window's edges. The truth is read after the step: the call that
-    # makes it may wait on a counter read in flight (3.5 ms on the H100), busy all along.
     busy(False)
-    t1 = truth()
     m = mon.end_window(name, exact=exact)
     return {
         "energy": m.gpu_energy[0],
         "bound": m.gpu_energy_uncertainty[0],
         "method": m.gpu_energy_provenance[0].method,
-        "truth": t1 - t0,
+        "truth": truth_at(start + m.time) - e0,
         "time": m.time,
     }
 """

@@ -112,6 +112,24 @@ pub unsafe extern "C" fn zeusSimTrueEnergy(index: c_uint, joules: *mut f64) -> R
     })
 }
 
+/// The model's exact energy of simulated GPU `index` at `t` (J; `t` in seconds since the Unix
+/// epoch, on the simulator's clock, within the last second or so the device remembers): the
+/// ground truth of a window between two instants a monitor recorded, which a test cannot
+/// bracket by reading [`zeusSimTrueEnergy`] around the monitor's calls when the machine is busy
+/// (a 30 ms preemption between the two at 70 W is 2 J).
+#[no_mangle]
+pub unsafe extern "C" fn zeusSimTrueEnergyAt(index: c_uint, t: f64, joules: *mut f64) -> Ret {
+    guard(|| {
+        if joules.is_null() || !t.is_finite() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let c = cluster()?;
+        let e = c.device(index as usize).map_err(code)?.true_energy_at(t);
+        joules.write(e);
+        Ok(())
+    })
+}
+
 /// The NVML return code of an error name (`GPU_IS_LOST`, `NVML_ERROR_TIMEOUT`, ...), or 0 for
 /// a name the simulator does not know; for tests that schedule faults by name.
 #[no_mangle]
