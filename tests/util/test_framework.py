@@ -86,3 +86,69 @@ def test_every_caller_syncs_through_the_framework_the_program_imported(tmp_path)
         "print(torch.synced)\n"
     )
     assert _run(code, str(tmp_path)) == "[1, 1, 0, 1, 1]"
+
+
+_RANK = """
+import json, sys
+import torch.distributed as dist
+from zeus.util import framework
+
+rank, port = int(sys.argv[1]), sys.argv[2]
+alone = (framework.rank(), framework.world_size(), framework.all_reduce([1.5], "sum"))
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+print("RESULT", json.dumps({
+    "alone": alone,
+    "rank": framework.rank(),
+    "world": framework.world_size(),
+    "sum": framework.all_reduce([1.0 + rank, 10.0 * rank], "sum"),
+    "max": framework.all_reduce([1.0 + rank, -rank], "max"),
+    "broadcast": framework.broadcast_object({"from": rank}),
+}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_collectives_across_two_gloo_ranks(tmp_path) -> None:
+    """The one door to torch.distributed: alone it is rank 0 of one; in a group of two, sums,
+    maxima and rank 0's object reach both ranks."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = dict(os.environ)
+    python_dir = str(Path(framework.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_dir, env.get("PYTHONPATH")]))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RANK, str(rank), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for rank in (0, 1)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-3000:]
+        [line] = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        results.append(json.loads(line[len("RESULT ") :]))
+    for rank, r in enumerate(results):
+        assert r["alone"] == [0, 1, [1.5]]
+        assert (r["rank"], r["world"]) == (rank, 2)
+        assert r["sum"] == [3.0, 10.0]
+        assert r["max"] == [2.0, 0.0]
+        assert r["broadcast"] == {"from": 0}
+
+
+def test_all_reduce_names_a_bad_operation() -> None:
+    with pytest.raises(ValueError, match="'mean'"):
+        framework.all_reduce([1.0], "mean")  # type: ignore[arg-type]

@@ -5,6 +5,11 @@ One path syncs for every caller (`ZeusMonitor`'s windows, `zeus.metric`, Perseus
 queued GPU work, and importing one to ask (PyTorch takes seconds) would cost a program that
 uses none. `sync_execution` (Zeus 0.16) is the one door that imports the framework it is
 named, because the caller named it.
+
+The collective helpers (`process_group`, `rank`, `world_size`, `all_reduce`,
+`broadcast_object`) are the one door to `torch.distributed` for the optimizers and
+`zeus.profile`. They never import PyTorch: a program that has not imported it cannot have
+started a process group, so this process is then rank 0 of a world of one.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import importlib.util
 import sys
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 SyncWith = Literal["torch", "jax", "cupy"]
 FRAMEWORKS: tuple[SyncWith, ...] = ("torch", "jax", "cupy")
@@ -146,3 +151,72 @@ def syncer(sync_with: str) -> Callable[[int | None], None] | None:
 
         return cupy_sync
     return None
+
+
+def process_group() -> Any:
+    """`torch.distributed` when the program started a process group of several ranks, else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    if dist.get_world_size() <= 1:
+        return None
+    return dist
+
+
+def rank() -> int:
+    """The rank of this process (0 without a process group)."""
+    dist = process_group()
+    return 0 if dist is None else int(dist.get_rank())
+
+
+def world_size() -> int:
+    """The number of ranks (1 without a process group)."""
+    dist = process_group()
+    return 1 if dist is None else int(dist.get_world_size())
+
+
+def all_reduce(values: list[float], op: Literal["sum", "max"]) -> list[float]:
+    """Combine `values` element-wise across ranks with `op`; every rank gets the result.
+
+    Args:
+        values: This rank's numbers; every rank passes as many, in the same order.
+        op: `"sum"` or `"max"`.
+
+    Returns:
+        The combined numbers (a copy of `values` without a process group).
+
+    """
+    if op not in ("sum", "max"):
+        raise ValueError(f"op={op!r}: expected 'sum' or 'max'")
+    dist = process_group()
+    if dist is None:
+        return [float(v) for v in values]
+    import torch
+
+    # NCCL reduces only tensors on the rank's GPU; Gloo and MPI take CPU tensors.
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return [float(v) for v in tensor.tolist()]
+
+
+def broadcast_object(obj: Any, src: int = 0, rank: int | None = None) -> Any:
+    """Rank `src`'s picklable `obj` on every rank (`obj` itself without a process group).
+
+    Args:
+        obj: What rank `src` sends; ignored on the other ranks.
+        src: The sending rank.
+        rank: This process's rank where the caller was told it; else the process group's.
+
+    """
+    dist = process_group()
+    if dist is None:
+        return obj
+    if rank is None:
+        rank = int(dist.get_rank())
+    box = [obj if rank == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]

@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 import uuid
 from typing import Any, Callable, Optional
 
@@ -64,7 +63,7 @@ from zeus.optimizer.batch_size.exceptions import (
     ZeusBSORuntimError,
     ZeusBSOTrainFailError,
 )
-from zeus.util import http
+from zeus.util import framework, http
 
 logger = logging.getLogger(__name__)
 
@@ -72,29 +71,6 @@ logger = logging.getLogger(__name__)
 WINDOW_NAME = "BatchSizeOptimizerClient"
 BATCH_SIZE_ENV = "ZEUS_BSO_BATCH_SIZE"
 TOKEN_ENV = "ZEUS_BSO_TOKEN"
-
-
-def _dist() -> Any:
-    """`torch.distributed` if torch is already imported and a process group is up, else None.
-
-    Never imports torch itself, so the client works without it.
-    """
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    if dist.get_world_size() <= 1:
-        return None
-    return dist
-
-
-def _broadcast(obj: Any, rank: int) -> Any:
-    """Broadcast a picklable object from rank 0 through torch.distributed (if up)."""
-    dist = _dist()
-    if dist is None:
-        return obj
-    box = [obj if rank == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 class BatchSizeOptimizer(Callback):
@@ -259,10 +235,10 @@ class BatchSizeOptimizer(Callback):
             self.current_batch_size = trial.batch_size
             self.trial_number = trial.trial_number
             self._register_atexit(trial)
-            _broadcast((trial.batch_size, trial.trial_number), 0)
+            framework.broadcast_object((trial.batch_size, trial.trial_number), rank=self.rank)
             return self.current_batch_size
-        if _dist() is not None:
-            bs, number = _broadcast(None, self.rank)
+        if framework.process_group() is not None:
+            bs, number = framework.broadcast_object(None, rank=self.rank)
             self.current_batch_size, self.trial_number = int(bs), int(number)
             return self.current_batch_size
         raw = os.environ.get(BATCH_SIZE_ENV)
@@ -322,8 +298,8 @@ class BatchSizeOptimizer(Callback):
         if self.training_finished:
             return
         if self.rank != 0:
-            if _dist() is not None:
-                self._finish(*_broadcast(None, self.rank))
+            if framework.process_group() is not None:
+                self._finish(*framework.broadcast_object(None, rank=self.rank))
             return
         if not self._window_open:
             raise ZeusBSOOperationOrderError("Call on_train_begin() before on_evaluate().")
@@ -345,7 +321,7 @@ class BatchSizeOptimizer(Callback):
         resp = self._request("POST", REPORT_RESULT_URL, idempotent=True, json=result.model_dump())
         answer = ReportResponse.model_validate(resp.json())
         decision = (answer.stop_train, answer.converged, answer.message)
-        _broadcast(decision, 0)
+        framework.broadcast_object(decision, rank=self.rank)
         if not answer.stop_train:
             self.monitor.begin_window(WINDOW_NAME)
             self._window_open = True

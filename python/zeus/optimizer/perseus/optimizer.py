@@ -37,7 +37,7 @@ from zeus.optimizer.perseus.common import (
     RankInfo,
 )
 from zeus.optimizer.perseus.frequency_controller import FrequencyController
-from zeus.util import http
+from zeus.util import framework, http
 from zeus.util.framework import imported_sync
 from zeus.util.logging import get_logger
 
@@ -91,16 +91,6 @@ _SERVICE = http.Service("Perseus server", _ERRORS)
 _SCHEDULES = dataclasses.replace(
     _SERVICE, errors=dataclasses.replace(_ERRORS, status=_schedule_refused)
 )
-
-
-def _torch_dist_initialized() -> bool:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
 
 
 class PerseusOptimizer(Callback):
@@ -215,15 +205,12 @@ class PerseusOptimizer(Callback):
         )
 
     def _get_job_id(self, job_info: JobInfo) -> str:
-        if _torch_dist_initialized():
-            import torch.distributed as dist
-
-            holder: list[Optional[str]] = [None]
-            if self.rank == 0:
-                holder[0] = self._register_job(job_info)
-            dist.broadcast_object_list(holder, src=0)
-            assert holder[0] is not None
-            return holder[0]
+        if framework.process_group() is not None:
+            job_id = framework.broadcast_object(
+                self._register_job(job_info) if self.rank == 0 else None, rank=self.rank
+            )
+            assert isinstance(job_id, str)
+            return job_id
         if self.rank == 0:
             return self._register_job(job_info)
         if not job_info.job_metadata:

@@ -50,7 +50,6 @@ does).
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Union
@@ -76,6 +75,7 @@ from zeus.optimizer.power_limit.profiler import (
     WindowFigures,
 )
 from zeus.optimizer.power_limit.selectors import OptimumSelector, ZeusCost
+from zeus.util import framework
 from zeus.util.logging import get_logger
 
 __all__ = ["GlobalPowerLimitOptimizer"]
@@ -103,36 +103,15 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _dist_world_size() -> int:
-    """Ranks in the default torch.distributed group, or 1 (torch stays optional)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return 1
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_world_size())
-    return 1
-
-
 def _all_reduce_figures(figures: WindowFigures) -> WindowFigures:
     """Sum energy and its bound, max time and counter period, over the ranks (if any).
 
     Every rank then judges the same figures, so all of them keep or repeat a window together.
     """
-    if _dist_world_size() == 1:
+    if framework.world_size() == 1:
         return figures
-    import torch
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    summed = torch.tensor([figures.energy, figures.bound], dtype=torch.float64, device=device)
-    maxed = torch.tensor([figures.time, figures.period], dtype=torch.float64, device=device)
-    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-    dist.all_reduce(maxed, op=dist.ReduceOp.MAX)
-    energy, bound = (float(x) for x in summed.tolist())
-    time, period = (float(x) for x in maxed.tolist())
+    energy, bound = framework.all_reduce([figures.energy, figures.bound], "sum")
+    time, period = framework.all_reduce([figures.time, figures.period], "max")
     return WindowFigures(energy=energy, time=time, bound=bound, period=period)
 
 
@@ -226,7 +205,7 @@ class GlobalPowerLimitOptimizer(Callback):
         self.gpu_indices = list(monitor.gpu_indices)
         if not self.gpu_indices:
             raise ValueError(f"the monitor measures no GPUs (gpu_indices={self.gpu_indices})")
-        self.world_size = len(self.gpu_indices) * _dist_world_size()
+        self.world_size = len(self.gpu_indices) * framework.world_size()
         self.optimum_selector = optimum_selector or ZeusCost(
             eta_knob=0.5, world_size=self.world_size
         )
