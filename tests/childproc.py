@@ -77,3 +77,31 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120.0) -> Any:
     out = python_child(code, env, timeout)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_ranks(code: str, env: dict[str, str], world_size: int = 2, timeout: float = 240) -> list:
+    """Run `code` (dedented) as ranks `0..world_size` at once, each given its rank and a free
+    TCP port for `init_process_group` as `sys.argv[1:3]`; the JSON each prints after
+    `RESULT `, in rank order. Fails the test, with the rank's stderr, if one exits non-zero."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), str(rank), port],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for rank in range(world_size)
+    ]
+    results = []
+    for rank, p in enumerate(procs):
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, f"rank {rank}: {err[-3000:]}"
+        [line] = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        results.append(json.loads(line[len("RESULT ") :]))
+    return results

@@ -112,35 +112,15 @@ def test_collectives_across_two_gloo_ranks(tmp_path) -> None:
     """The one door to torch.distributed: alone it is rank 0 of one; in a group of two, sums,
     maxima and rank 0's object reach both ranks."""
     pytest.importorskip("torch", reason="torch is not installed")
-    import json
     import os
-    import socket
-    import subprocess
-    import sys
     from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
+    from childproc import run_ranks
+
     env = dict(os.environ)
     python_dir = str(Path(framework.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_dir, env.get("PYTHONPATH")]))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RANK, str(rank), port],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for rank in (0, 1)
-    ]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err[-3000:]
-        [line] = [x for x in out.splitlines() if x.startswith("RESULT ")]
-        results.append(json.loads(line[len("RESULT ") :]))
+    results = run_ranks(_RANK, env)
     for rank, r in enumerate(results):
         assert r["alone"] == [0, 1, [1.5]]
         assert (r["rank"], r["world"]) == (rank, 2)

@@ -3,16 +3,12 @@ same all-reduced measurements and settle on the same power limit."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import zeus
+from childproc import run_ranks
 
 pytest.importorskip("torch", reason="torch is not installed")
 
@@ -61,12 +57,6 @@ dist.destroy_process_group()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ranks_agree_on_reduced_measurements(tmp_path: Path) -> None:
     env = dict(os.environ)
     env.update(
@@ -78,24 +68,7 @@ def test_ranks_agree_on_reduced_measurements(tmp_path: Path) -> None:
             filter(None, [str(Path(zeus.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
         ),
     )
-    port = str(free_port())
-    code = textwrap.dedent(RANK)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, str(rank), port],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for rank in (0, 1)
-    ]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=240)
-        assert p.returncode == 0, err[-3000:]
-        [line] = [x for x in out.splitlines() if x.startswith("RESULT ")]
-        results.append(json.loads(line[len("RESULT ") :]))
+    results = run_ranks(RANK, env)
 
     r0, r1 = results
     assert r0["world_size"] == r1["world_size"] == 2
