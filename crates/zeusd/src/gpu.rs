@@ -37,20 +37,35 @@ pub fn read_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
 
 pub fn control_routes() -> Vec<(&'static str, MethodRouter<Shared>)> {
     vec![
-        ("/gpu/set_power_limit", post(set_power_limit)),
-        ("/gpu/set_persistence_mode", post(set_persistence_mode)),
-        ("/gpu/set_gpu_locked_clocks", post(set_gpu_locked_clocks)),
+        (
+            "/gpu/set_power_limit",
+            write_route(|p| Ok(Write::PowerLimit(p.u32("power_limit_mw")?))),
+        ),
+        (
+            "/gpu/set_persistence_mode",
+            write_route(|p| Ok(Write::Persistence(p.bool("enabled")?))),
+        ),
+        (
+            "/gpu/set_gpu_locked_clocks",
+            write_route(|p| clock_range(p).map(|(lo, hi)| Write::LockGpu(lo, hi))),
+        ),
         (
             "/gpu/reset_gpu_locked_clocks",
-            post(reset_gpu_locked_clocks),
+            write_route(|_| Ok(Write::ResetGpu)),
         ),
-        ("/gpu/set_mem_locked_clocks", post(set_mem_locked_clocks)),
+        (
+            "/gpu/set_mem_locked_clocks",
+            write_route(|p| clock_range(p).map(|(lo, hi)| Write::LockMem(lo, hi))),
+        ),
         (
             "/gpu/reset_mem_locked_clocks",
-            post(reset_mem_locked_clocks),
+            write_route(|_| Ok(Write::ResetMem)),
         ),
-        ("/gpu/reset_locked_clocks", post(reset_locked_clocks)),
-        ("/gpu/release", post(release)),
+        (
+            "/gpu/reset_locked_clocks",
+            write_route(|_| Ok(Write::ResetBoth)),
+        ),
+        ("/gpu/release", write_route(release)),
         ("/client/renew_lease", post(renew_lease)),
     ]
 }
@@ -264,99 +279,32 @@ fn outcome(errors: &DeviceErrors, note: &str) -> String {
     }
 }
 
-async fn set_power_limit(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |p| {
-        Ok(Write::PowerLimit(p.u32("power_limit_mw")?))
-    })
-    .await
-}
-
-async fn set_persistence_mode(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |p| {
-        Ok(Write::Persistence(p.bool("enabled")?))
-    })
-    .await
-}
-
-async fn set_gpu_locked_clocks(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |p| {
-        let (lo, hi) = clock_range(p)?;
-        Ok(Write::LockGpu(lo, hi))
-    })
-    .await
-}
-
-async fn set_mem_locked_clocks(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |p| {
-        let (lo, hi) = clock_range(p)?;
-        Ok(Write::LockMem(lo, hi))
-    })
-    .await
-}
-
-async fn reset_gpu_locked_clocks(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |_| Ok(Write::ResetGpu)).await
-}
-
-async fn reset_mem_locked_clocks(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |_| Ok(Write::ResetMem)).await
-}
-
-async fn reset_locked_clocks(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |_| Ok(Write::ResetBoth)).await
+/// A `POST` route for one kind of write: `parse` reads the write from the query; `write` does
+/// the rest (GPU ids, `block`, holds, journal, per-GPU errors) the same for every kind.
+fn write_route(parse: fn(&Params) -> Result<Write, ApiError>) -> MethodRouter<Shared> {
+    post(
+        move |State(app): State<Shared>, caller: Caller, params: Result<Params, ApiError>| {
+            write(app, caller, params, parse)
+        },
+    )
 }
 
 /// `POST /gpu/release?gpu_ids=..&setting=power_limit|clocks` (our extension): give back the
 /// caller's hold, which restores the setting unless another client holds it. A client that
 /// "restored" by writing the original value would hold that value instead, and others would get
 /// 409 until it exited.
-async fn release(
-    State(app): State<Shared>,
-    caller: Caller,
-    params: Result<Params, ApiError>,
-) -> Response {
-    write(app, caller, params, |p| {
-        let kind = match p.required("setting")? {
-            "power_limit" => Kind::PowerLimit,
-            "clocks" => Kind::Clocks,
-            other => {
-                return Err(ApiError::param(
-                    "setting",
-                    format!("expected power_limit or clocks, got {other:?}"),
-                ))
-            }
-        };
-        Ok(Write::Release(kind))
-    })
-    .await
+fn release(p: &Params) -> Result<Write, ApiError> {
+    let kind = match p.required("setting")? {
+        "power_limit" => Kind::PowerLimit,
+        "clocks" => Kind::Clocks,
+        other => {
+            return Err(ApiError::param(
+                "setting",
+                format!("expected power_limit or clocks, got {other:?}"),
+            ))
+        }
+    };
+    Ok(Write::Release(kind))
 }
 
 /// `POST /client/renew_lease` (our extension): renew the caller's lease and say when it ends.
