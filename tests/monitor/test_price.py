@@ -62,10 +62,9 @@ def test_client_finds_the_labelled_tariff(api: LocalApi, monkeypatch: pytest.Mon
 
 
 def test_client_errors(api: LocalApi, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENEI_API_KEY", raising=False)
-    with pytest.raises(ZeusElectricityPriceHTTPError, match="OPENEI_API_KEY"):
-        OpenEIClient((0, 0), "x", base_url=api.url).get_current_electricity_price()
-    assert api.requests == []  # nothing sent without a key
+    monkeypatch.setenv("OPENEI_API_KEY", "")  # blank counts as unset: the demo key
+    with pytest.warns(UserWarning, match="DEMO_KEY"):
+        OpenEIClient((0, 0), "x", base_url=api.url)
     client = OpenEIClient((0, 0), "missing", api_key="k-123", base_url=api.url)
     api.routes = {"/utility_rates": (200, ITEMS)}
     with pytest.raises(ZeusElectricityPriceNotFoundError, match=r"'missing'.*\['other', '5a1b'\]"):
@@ -76,10 +75,57 @@ def test_client_errors(api: LocalApi, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ZeusElectricityPriceHTTPError, match="HTTP 500") as err:
         client.get_current_electricity_price()
     assert "k-123" not in str(err.value)  # the key is never printed
+    assert "DEMO_KEY" not in str(err.value)  # a key of one's own: no demo-key hint
     with pytest.raises(ValueError, match="sector='Farm'"):
         OpenEIClient((0, 0), "x", sector="Farm")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="radius=-1"):
         OpenEIClient((0, 0), "x", radius=-1)
+    with pytest.raises(ValueError, match="api_key=' '"):
+        OpenEIClient((0, 0), "x", api_key=" ")
+    with pytest.raises(ValueError, match="api_key: expected a string, not int"):
+        OpenEIClient((0, 0), "x", api_key=123)  # type: ignore[arg-type]
+
+
+def test_zeus016_client_needs_no_key_of_the_users(
+    api: LocalApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zeus 0.16 code: `OpenEIClient(location, label)` with no key anywhere, then
+    `get_current_electricity_prices()`; the public demo key is used, with one warning."""
+    monkeypatch.delenv("OPENEI_API_KEY", raising=False)
+    api.routes = {"/utility_rates": (200, ITEMS)}
+    with pytest.warns(UserWarning) as warned:
+        client = OpenEIClient((37.77, -122.42), "5a1b", base_url=api.url)
+        assert client.get_current_electricity_prices() == TARIFF
+        assert client.get_current_electricity_price() == TARIFF  # the earlier name
+    messages = [str(w.message) for w in warned]
+    assert len(messages) == 1, messages
+    assert "DEMO_KEY" in messages[0] and "rate-limited" in messages[0]
+    assert "OPENEI_API_KEY" in messages[0]
+    assert [q["api_key"] for _, q, _ in api.requests] == [["DEMO_KEY"], ["DEMO_KEY"]]
+    assert "DEMO_KEY" not in repr(client)
+    # The demo key's limit: the error says how to get past it.
+    api.routes = {"/utility_rates": (429, {"error": {"code": "OVER_RATE_LIMIT"}})}
+    with pytest.raises(ZeusElectricityPriceHTTPError, match="HTTP 429") as err:
+        client.get_current_electricity_prices()
+    assert "rate-limited" in str(err.value) and "OPENEI_API_KEY" in str(err.value)
+
+
+def test_a_key_of_ones_own_wins_and_is_never_shown(
+    api: LocalApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OPENEI_API_KEY", "env-key")
+    api.routes = {"/utility_rates": (200, ITEMS)}
+    caplog.set_level("DEBUG", logger="zeus")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no demo-key warning
+        OpenEIClient((0, 0), "5a1b", base_url=api.url).get_current_electricity_prices()
+        arg = OpenEIClient((0, 0), "5a1b", api_key="arg-key", base_url=api.url)
+        arg.get_current_electricity_prices()
+    assert [q["api_key"] for _, q, _ in api.requests] == [["env-key"], ["arg-key"]]
+    assert "arg-key" not in repr(arg)
+    assert "env-key" not in caplog.text and "arg-key" not in caplog.text
 
 
 def test_rate_at_reads_month_day_type_and_hour() -> None:
@@ -103,6 +149,36 @@ class Fixed(ElectricityPriceProvider):
         if self.down:
             raise ZeusElectricityPriceHTTPError("the provider is down")
         return self.tariff
+
+
+class Zeus016Provider(ElectricityPriceProvider):
+    """A provider written for Zeus 0.16: it implements `get_current_electricity_prices`."""
+
+    def get_current_electricity_prices(self) -> dict[str, list[Any]]:
+        return TARIFF
+
+
+def test_both_method_names_answer_for_either_kind_of_provider() -> None:
+    old, new = Fixed(TARIFF), Zeus016Provider()
+    for provider in (old, new):
+        assert provider.get_current_electricity_prices() == TARIFF
+        assert provider.get_current_electricity_price() == TARIFF
+    assert old.calls == 2  # both names went to the one implementation
+
+    class Nothing(ElectricityPriceProvider):
+        pass
+
+    with pytest.raises(TypeError, match="get_current_electricity_prices"):
+        Nothing()  # type: ignore[abstract]
+
+
+def test_a_zeus016_provider_prices_windows(sim_gpus: Callable[..., object]) -> None:
+    sim_gpus("A40", clock="real", load="busy")
+    monitor = EnergyCostMonitor(Zeus016Provider(), gpu_indices=[0])
+    monitor.begin_window("w", sync_execution=False)
+    time.sleep(0.2)
+    m = monitor.end_window("w", sync_execution=False)
+    assert m.gpu_energy[0] > 0 and m.gpu_energy_cost[0] > 0
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ Database:
 ```python
 from zeus.monitor.price import EnergyCostMonitor, OpenEIClient
 
-tariff = OpenEIClient((37.77, -122.42), label="5a...", sector="Commercial")  # OPENEI_API_KEY
+tariff = OpenEIClient((37.77, -122.42), label="5a...", sector="Commercial")
 monitor = EnergyCostMonitor(tariff, gpu_indices=[0])
 monitor.begin_window("training")
 ...
@@ -21,7 +21,9 @@ Decided here where the reference leaves it open or errs (its source is Zeus 0.16
   UTC hour, which charges a Californian's 5 pm at the 1 am rate.
 - The rate of an hour is the first tier's `rate` plus its `adj` (OpenEI's adjustment, part of
   what is billed); the reference leaves `adj` out.
-- The API key comes from `api_key` or `OPENEI_API_KEY`; the reference ships one in its source.
+- The API key comes from `api_key`, else `OPENEI_API_KEY`, else api.data.gov's public,
+  rate-limited `DEMO_KEY` (with one warning); the reference ships a key of its own in its
+  source. OpenEI's keys are api.data.gov keys, free at https://openei.org/services/api/signup/.
 - The tariff is fetched once, at the first window's end, and kept.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -53,6 +56,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 API_KEY_VAR = "OPENEI_API_KEY"
+DEMO_KEY = "DEMO_KEY"
+"""api.data.gov's public key (OpenEI's keys are api.data.gov keys): a few requests an hour per
+IP address, used when neither `api_key` nor `OPENEI_API_KEY` gives one."""
+SIGNUP_URL = "https://openei.org/services/api/signup/"
 
 
 class ZeusElectricityPriceHTTPError(ZeusBaseError):
@@ -74,16 +81,41 @@ class ZeusElectricityPriceNotFoundError(ZeusBaseError):
 
 
 class ElectricityPriceProvider(abc.ABC):
-    """Where a tariff comes from."""
+    """Where a tariff comes from.
+
+    A provider implements `get_current_electricity_prices` (Zeus 0.16's name, the abstract
+    method) or `get_current_electricity_price` (this package's earlier name); either name then
+    answers, the one calling the other.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Let a provider written against the earlier name answer the 0.16 name too."""
+        super().__init_subclass__(**kwargs)
+        if (
+            "get_current_electricity_price" in cls.__dict__
+            and "get_current_electricity_prices" not in cls.__dict__
+        ):
+            cls.get_current_electricity_prices = _prices_from_price  # type: ignore[method-assign]
 
     @abc.abstractmethod
-    def get_current_electricity_price(self) -> dict[str, list[Any]]:
-        """The tariff, in OpenEI's shapes.
+    def get_current_electricity_prices(self) -> dict[str, list[Any]]:
+        """The tariff, in OpenEI's shapes (Zeus 0.16's method).
 
-        `energy_rate_structure`: periods, each a list of tiers with `rate` and optional `adj`,
-        per kWh. `energy_weekday_schedule` and `energy_weekend_schedule`: 12 months x 24 hours
-        of period indices.
+        Returns:
+            `energy_rate_structure`: periods, each a list of tiers with `rate` and optional
+            `adj`, per kWh. `energy_weekday_schedule` and `energy_weekend_schedule`: 12 months
+            x 24 hours of period indices.
+
         """
+
+    def get_current_electricity_price(self) -> dict[str, list[Any]]:
+        """The tariff: this package's earlier name of `get_current_electricity_prices`."""
+        return self.get_current_electricity_prices()
+
+
+def _prices_from_price(self: ElectricityPriceProvider) -> dict[str, list[Any]]:
+    """`get_current_electricity_prices` of a provider that implements the earlier name."""
+    return self.get_current_electricity_price()
 
 
 class OpenEIClient(ElectricityPriceProvider):
@@ -94,9 +126,15 @@ class OpenEIClient(ElectricityPriceProvider):
         label: The tariff's OpenEI label (its unique id).
         sector: `"Residential"`, `"Commercial"`, `"Industrial"` or `"Lighting"`.
         radius: Search radius in miles around `location`.
-        api_key: An OpenEI API key; None reads `OPENEI_API_KEY`.
+        api_key: An OpenEI (api.data.gov) API key; None reads `OPENEI_API_KEY`, and when that
+            is unset too, the public, rate-limited `DEMO_KEY` is used (one `UserWarning` says
+            so). The key is never shown in `repr` or in messages.
         base_url: The API's root.
         timeout: Seconds to wait for an answer.
+
+    Raises:
+        ValueError: `location`, `sector`, `radius` or `api_key` is not usable (the message
+            names the value; a key that is a string is never printed unless it is blank).
 
     """
 
@@ -123,7 +161,21 @@ class OpenEIClient(ElectricityPriceProvider):
         self.label = label
         self.sector = sector
         self.radius = radius
-        self._api_key = http.lookup_token(api_key, API_KEY_VAR)
+        if api_key is not None and not isinstance(api_key, str):
+            raise ValueError(f"api_key: expected a string, not {type(api_key).__name__}")
+        if api_key is not None and not api_key.strip():
+            raise ValueError(f"api_key={api_key!r}: expected a key, or None to read {API_KEY_VAR}")
+        key = http.lookup_token(api_key, API_KEY_VAR)
+        if key is None:
+            key = DEMO_KEY
+            warnings.warn(
+                f"OpenEIClient uses api.data.gov's public {DEMO_KEY}, which is rate-limited (a "
+                f"few requests an hour per IP address); set {API_KEY_VAR} or pass api_key "
+                f"(a free key: {SIGNUP_URL})",
+                UserWarning,
+                stacklevel=2,
+            )
+        self._api_key: str = key
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         # Fetched once per monitor: a failed request is not repeated, the caller's next
@@ -144,21 +196,16 @@ class OpenEIClient(ElectricityPriceProvider):
             f"sector={self.sector!r}, radius={self.radius})"
         )
 
-    def get_current_electricity_price(self) -> dict[str, list[Any]]:
+    def get_current_electricity_prices(self) -> dict[str, list[Any]]:
         """The tariff `label` (see `ElectricityPriceProvider`).
 
         Raises:
-            ZeusElectricityPriceHTTPError: no API key, or the API is unreachable or answered
-                with an error.
+            ZeusElectricityPriceHTTPError: the API is unreachable or answered with an error
+                (with the demo key, most likely its rate limit: the message says so).
             ZeusElectricityPriceNotFoundError: no tariff with this label near the location, or
                 one without energy rates.
 
         """
-        if not self._api_key:
-            raise ZeusElectricityPriceHTTPError(
-                f"OpenEI needs an API key: set {API_KEY_VAR} or pass api_key "
-                "(free at https://openei.org/services/api/signup/)"
-            )
         url = f"{self.base_url}/utility_rates"
         params = {
             "version": "7",
@@ -194,9 +241,15 @@ class OpenEIClient(ElectricityPriceProvider):
         )
 
     def _refused(self, failure: http.Failure) -> ZeusElectricityPriceHTTPError:
-        text = failure.text.replace(self._api_key, "<key>") if self._api_key else failure.text
+        text = failure.text.replace(self._api_key, "<key>")
+        hint = ""
+        if self._api_key == DEMO_KEY:
+            hint = (
+                f" (with the public, rate-limited {DEMO_KEY}: set {API_KEY_VAR} to a key of "
+                f"your own, free at {SIGNUP_URL})"
+            )
         return ZeusElectricityPriceHTTPError(
-            f"OpenEI {failure.url} answered HTTP {failure.status}: {text.strip()[:300]}"
+            f"OpenEI {failure.url} answered HTTP {failure.status}: {text.strip()[:300]}{hint}"
         )
 
     @staticmethod
@@ -301,7 +354,7 @@ class EnergyCostMonitor(PeriodWindows):
         """
         periods = self.periods(key)  # the window must be open
         if self._tariff is None:
-            self._tariff = self.electricity_price_provider.get_current_electricity_price()
+            self._tariff = self.electricity_price_provider.get_current_electricity_prices()
         tariff = self._tariff
         # Hours as the tariff reads them: the machine's local time. Checked before closing, so
         # a tariff without a rate for an hour of the window leaves the window open.
