@@ -162,3 +162,44 @@ def test_bad_cpu_indices_are_value_errors() -> None:
         "ValueError",
         "ValueError",
     ]
+
+
+def test_open_windows_show_their_cpu_and_dram_start_energies() -> None:
+    """Zeus 0.16 reads `measurement_states[name].cpu_energy` / `.dram_energy`: the packages'
+    energy where the window began, on the counters' scale, so two windows' starts differ by
+    the energy spent between them."""
+    r = run_child(
+        """
+        import json, time
+        import zeus.device.sim as sim
+        from zeus.monitor import ZeusMonitor
+        m = ZeusMonitor(gpu_indices=[0], cpu_indices=[1])
+        lo0 = sim.cpu_published_energy(1)
+        m.begin_window("a", sync_cuda=False)
+        hi0 = sim.cpu_true_energy(1)
+        time.sleep(0.3)
+        lo1 = sim.cpu_published_energy(1)
+        m.begin_window("b", sync_cuda=False)
+        hi1 = sim.cpu_true_energy(1)
+        a, b = m.measurement_states["a"], m.measurement_states["b"]
+        gpu_only = ZeusMonitor(gpu_indices=[0])
+        gpu_only.begin_window("g", sync_cuda=False)
+        g = gpu_only.measurement_states["g"]
+        print(json.dumps({
+            "a": [a.cpu_energy, a.dram_energy], "b": [b.cpu_energy, b.dram_energy],
+            "bracket": [lo0, hi0, lo1, hi1], "gpu_only": [g.cpu_energy, g.dram_energy],
+            "total": [b.total_energy, sum(b.gpu_energy.values()) + b.cpu_energy[1]
+                      + b.dram_energy[1]],
+        }))
+        """,
+        {"ZEUS_GPU_BACKEND": "sim", "ZEUS_SIM_CPUS": "2"},
+    )
+    (lo0, hi0), (lo1, hi1) = r["bracket"][:2], r["bracket"][2:]
+    for part in (0, 1):  # CPU package, DRAM
+        start_a, start_b = r["a"][part]["1"], r["b"][part]["1"]
+        assert within(start_a, lo0[part], hi0[part], 1e-6), r
+        assert within(start_b, lo1[part], hi1[part], 1e-6), r
+        assert start_b > start_a
+    assert list(r["a"][0]) == ["1"]
+    assert r["gpu_only"] == [None, None]
+    assert r["total"][0] == pytest.approx(r["total"][1])

@@ -11,7 +11,7 @@ import atexit
 import os
 from functools import partial
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal, Optional, Sequence
 
 from zeus import _core
 from zeus.device import GPUs, get_gpus
@@ -19,14 +19,77 @@ from zeus.device.cpu import get_cpus
 from zeus.monitor.power import PowerMonitor
 from zeus.util.framework import FRAMEWORKS, SyncWith, imported_sync
 from zeus.util.indices import check_indices
+from zeus.util.multiprocessing import warn_if_global_in_subprocess
 
 Measurement = _core.monitor.Measurement
 Provenance = _core.monitor.Provenance
 
-__all__ = ["Measurement", "Provenance", "ZeusMonitor"]
+__all__ = ["Measurement", "MeasurementState", "Provenance", "ZeusMonitor"]
 
 # The energy sampler is a Rust thread; stop it before the interpreter finalises.
 atexit.register(_core.monitor.stop_sampler)
+
+
+class MeasurementState(tuple):  # type: ignore[type-arg]
+    """Where an open window started: `ZeusMonitor.measurement_states[key]`.
+
+    A 2-tuple `(time, gpu_energy)`, the shape zeus 0.8.2 gave (so `t, e = state` and
+    `state[0]` keep working), with Zeus 0.16's attribute names.
+
+    Attributes:
+        time: The window's start timestamp (the GPU backend's clock, `time.time()` but on the
+            simulator's virtual clock).
+        gpu_energy: Each GPU's total-energy counter at the start, J, by GPU index; GPUs without
+            a counter (older than Volta, measured by power integration) are absent.
+        cpu_energy: Each monitored CPU package's energy at the start, J, by package index;
+            None when the monitor measures no CPU.
+        dram_energy: As `cpu_energy`, for DRAM (packages with a DRAM zone only).
+
+    """
+
+    cpu_energy: Optional[dict[int, float]]
+    dram_energy: Optional[dict[int, float]]
+
+    def __new__(
+        cls,
+        time: float,
+        gpu_energy: dict[int, float],
+        cpu_energy: Optional[dict[int, float]] = None,
+        dram_energy: Optional[dict[int, float]] = None,
+    ) -> MeasurementState:
+        """Make the state from its start time and start energies."""
+        self = super().__new__(cls, (time, gpu_energy))
+        self.cpu_energy = cpu_energy
+        self.dram_energy = dram_energy
+        return self
+
+    @property
+    def time(self) -> float:
+        """The window's start timestamp."""
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def gpu_energy(self) -> dict[int, float]:
+        """Each GPU's counter at the start, J."""
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def total_energy(self) -> float:
+        """The sum of every start energy, J (Zeus 0.16's property)."""
+        return sum(
+            sum(part.values())
+            for part in (self.gpu_energy, self.cpu_energy, self.dram_energy)
+            if part is not None
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"MeasurementState(time={self.time!r}, gpu_energy={self.gpu_energy!r}, "
+            f"cpu_energy={self.cpu_energy!r}, dram_energy={self.dram_energy!r})"
+        )
+
+    def __reduce__(self) -> tuple[type[MeasurementState], tuple[object, ...]]:
+        return (type(self), (self.time, self.gpu_energy, self.cpu_energy, self.dram_energy))
 
 
 class ZeusMonitor(_core.monitor.ZeusMonitor):
@@ -92,10 +155,13 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
         power_monitor: The `PowerMonitor` of the GPUs without an energy counter, or `None`.
         approx_instant_energy: See the argument.
         reads: See the argument.
-        measurement_states: Open windows: `{key: (start_time, {gpu_index: start_energy_J})}`.
+        measurement_states: Open windows: `{key: MeasurementState}`, each a
+            `(start_time, {gpu_index: start_energy_J})` tuple with Zeus 0.16's attributes
+            `.time`, `.gpu_energy`, `.cpu_energy`, `.dram_energy`.
 
     Do not create a monitor at module level of code that spawns processes; create it where it
-    is used.
+    is used (a monitor made while a spawned child re-imports the main script warns, as in
+    Zeus 0.16: `zeus.util.multiprocessing`).
 
     Example:
         >>> from zeus.monitor import ZeusMonitor
@@ -151,6 +217,7 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
                 readable (the message names it and says what to do).
 
         """
+        warn_if_global_in_subprocess(self)
         indices = check_indices("gpu_indices", gpu_indices)
         # `[]` is how Zeus 0.16 code says "no CPU" (its docs tell users without RAPL to pass
         # it): the same as None here.
@@ -186,6 +253,11 @@ class ZeusMonitor(_core.monitor.ZeusMonitor):
         if indices is None:
             indices = list(range(len(self.gpus))) if self.gpus is not None else []
         self.gpu_indices: list[int] = indices
+
+    @property
+    def measurement_states(self) -> dict[str, MeasurementState]:
+        """Open windows by name, and where each started (a new dict each time)."""
+        return {k: MeasurementState(*start) for k, start in self._window_starts().items()}
 
     def __repr__(self) -> str:
         """Show the monitored GPUs and CPUs."""

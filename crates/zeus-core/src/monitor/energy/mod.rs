@@ -131,7 +131,21 @@ fn counter_is_continuous(dev: &dyn Gpu) -> GpuResult<bool> {
 
 /// An open window as reported by [`EnergyMonitor::open_windows`]: key, start time, and the
 /// start energy (J) of each counter GPU.
-pub type OpenWindowState = (String, f64, Vec<(usize, f64)>);
+/// Where an open window started: the reference's `measurement_states` entry (Zeus 0.16 reads
+/// its `time`, `gpu_energy`, `cpu_energy` and `dram_energy`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowStart {
+    pub key: String,
+    /// The start timestamp (s, the GPUs' clock).
+    pub time: f64,
+    /// Each GPU with an energy counter: its total energy at the start (J), the sampler's
+    /// estimate where the GPU is read through it.
+    pub gpu_energy: Vec<(usize, f64)>,
+    /// Each monitored CPU package's energy at the start (J), `None` when no CPU is monitored.
+    pub cpu_energy: Option<Vec<(usize, f64)>>,
+    /// The same for DRAM, packages with a DRAM zone only.
+    pub dram_energy: Option<Vec<(usize, f64)>>,
+}
 
 /// Time (s) and energy (J) of one window, energy in the monitor's `gpu_indices` order.
 /// `cpu_energy` and `dram_energy` (package index, J) are `None` when no CPU is monitored;
@@ -547,20 +561,41 @@ impl EnergyMonitor {
         self.own_power.as_ref()
     }
 
-    /// Open windows: key, start time, and start energy (J) of each counter GPU.
-    pub fn open_windows(&self) -> Vec<OpenWindowState> {
+    /// Open windows: where each started.
+    pub fn open_windows(&self) -> Vec<WindowStart> {
         self.windows
             .iter()
             .map(|(k, w)| {
-                let e = self
+                let gpu_energy = self
                     .indices
                     .iter()
-                    .zip(&self.has_counter)
-                    .zip(&w.counters_mj)
-                    .filter(|((_, c), _)| **c)
-                    .map(|((i, _), mj)| (*i, *mj as f64 / 1000.0))
+                    .enumerate()
+                    .filter(|&(g, _)| self.has_counter[g])
+                    .map(|(g, &i)| {
+                        let cached = w.cached_j[g];
+                        let read = w.counters_mj[g] as f64 / 1000.0;
+                        (i, if cached.is_nan() { read } else { cached })
+                    })
                     .collect();
-                (k.clone(), w.start, e)
+                let part = |dram: bool| {
+                    self.cpu.as_ref().map(|cpu| {
+                        cpu.indices
+                            .iter()
+                            .zip(&cpu.slots)
+                            .filter_map(|(&i, &(package, zone))| {
+                                let z = if dram { zone? } else { package };
+                                Some((i, w.zones_j[z]))
+                            })
+                            .collect()
+                    })
+                };
+                WindowStart {
+                    key: k.clone(),
+                    time: w.start,
+                    gpu_energy,
+                    cpu_energy: part(false),
+                    dram_energy: part(true),
+                }
             })
             .collect()
     }

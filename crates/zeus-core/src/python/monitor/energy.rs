@@ -279,21 +279,26 @@ impl PyZeusMonitor {
         Ok(())
     }
 
-    /// Open windows: `{key: (start_time, {gpu_index: start_energy_J})}` for GPUs with an
-    /// energy counter (the reference's `measurement_states`).
-    #[getter]
-    fn measurement_states<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// Open windows: `{key: (start_time, {gpu_index: J}, {package: J} | None,
+    /// {package: J} | None)}`, the start energies of counter GPUs, CPU packages and DRAM
+    /// (`zeus.monitor.energy` makes each a `MeasurementState`).
+    fn _window_starts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.state()?;
         let open = lock(&st.core).open_windows();
-        let d = PyDict::new(py);
-        for (k, t, e) in open {
-            let ed = PyDict::new(py);
-            for (i, j) in e {
-                ed.set_item(i, j)?;
+        let dict = |pairs: &[(usize, f64)]| -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            for (i, j) in pairs {
+                d.set_item(i, j)?;
             }
-            d.set_item(k, (t, ed))?;
+            Ok(d)
+        };
+        let out = PyDict::new(py);
+        for w in open {
+            let cpu = w.cpu_energy.as_deref().map(dict).transpose()?;
+            let dram = w.dram_energy.as_deref().map(dict).transpose()?;
+            out.set_item(w.key, (w.time, dict(&w.gpu_energy)?, cpu, dram))?;
         }
-        Ok(d)
+        Ok(out)
     }
 
     /// Monitored CPU packages, or `None` when no CPU is monitored.
