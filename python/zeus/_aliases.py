@@ -4,7 +4,8 @@ The recurring-job concern lives in one folder, `zeus.optimizer.recurring`; its m
 the import paths of zeus 0.8.2 (`zeus.job`, `zeus.policy`, `zeus.run`, `zeus.simulate`,
 `zeus.controller`) and of Zeus 0.16 (`zeus._legacy.*`). Zeus 0.16 renamed `zeus.util` to
 `zeus.utils` and Perseus' package to `pipeline_frequency`; the simulated GPU was `zeus.sim`;
-Zeus 0.16's `zeus.metric` (Pushgateway metrics) lives with the monitors, in `zeus.monitor.metric`.
+Zeus 0.16's `zeus.metric` (Pushgateway metrics) lives with the monitors, in `zeus.monitor.metric`;
+its `zeus.utils.zeusd` (the daemon's client) with the devices, in `zeus.device.zeusd`.
 
 An alias imports as the very module it names, not a copy: `zeus.utils.metric is
 zeus.util.metric`, so classes and module state are shared. A meta-path finder maps every
@@ -22,7 +23,9 @@ import sys
 from types import ModuleType
 from typing import Sequence
 
+# Matched in order: an alias inside another alias's package comes before that package's.
 ALIASES = {
+    "zeus.utils.zeusd": "zeus.device.zeusd",
     "zeus.utils": "zeus.util",
     "zeus.optimizer.pipeline_frequency": "zeus.optimizer.perseus",
     "zeus.job": "zeus.optimizer.recurring.job",

@@ -138,8 +138,13 @@ class ZeusBaseCPUError(ZeusBaseError):
     """Base class of CPU (RAPL) errors; the classes are in `zeus.device.cpu`."""
 
 
+class ZeusBaseSoCError(ZeusBaseError):
+    """Base class of SoC errors (Zeus 0.16's); the one class is in `zeus.device.soc`."""
+
+
 __all__ = [
     "ZeusBaseCPUError",
+    "ZeusBaseSoCError",
     "ZeusBaseGPUError",
     "ZeusGPUInitError",
     "ZeusGPUInvalidArgError",

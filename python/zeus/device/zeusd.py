@@ -335,18 +335,33 @@ class ZeusdClient:
     `ZeusdConnectionError`. Safe to share between threads.
 
     Args:
-        config: Where the daemon listens and the token.
+        config: Where the daemon listens and the token; None reads the environment
+            (`ZeusdConfig.from_env`, as Zeus 0.16's `ZeusdClient()` does).
         timeout: Seconds to wait for a reply (a blocking write can take a while on a busy GPU).
         purpose: Why this process talks to the daemon, for the message when it does not answer
             (for example "zeus.monitor.power_streaming streams power from it"). None: the GPU
             write switch (`ZEUSD_SOCK_PATH` / `ZEUSD_HOST_PORT`), whose message says how to
             start the daemon or unset the variable.
 
+    Raises:
+        ZeusdConnectionError: `config` is None and the environment names no daemon.
+        ZeusdConfigError: `config` is None and the environment's variables are malformed.
+
     """
 
     def __init__(
-        self, config: ZeusdConfig, timeout: float = 30.0, purpose: Optional[str] = None
+        self,
+        config: Optional[ZeusdConfig] = None,
+        timeout: float = 30.0,
+        purpose: Optional[str] = None,
     ) -> None:
+        if config is None:
+            config = ZeusdConfig.from_env()
+            if config is None:
+                raise ZeusdConnectionError(
+                    f"No zeusd is configured: set {SOCK_VAR} or {HOST_PORT_VAR}, or pass a "
+                    "ZeusdConfig (ZeusdConfig.uds(path) or ZeusdConfig.tcp(host, port))"
+                )
         self.config = config
         self.timeout = timeout
         self.purpose = purpose

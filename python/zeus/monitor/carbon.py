@@ -40,6 +40,9 @@ from zeus.monitor.periods import PeriodWindows, charged_fields
 from zeus.util import http
 from zeus.util.framework import SyncWith
 
+# Defined with `get_ip_lat_long` (Zeus 0.16's `zeus.utils.lat_lon`), which raises it too.
+from zeus.util.lat_lon import ZeusCarbonIntensityHTTPError, get_ip_lat_long
+
 __all__ = [
     "CarbonEmissionMeasurement",
     "CarbonEmissionMonitor",
@@ -56,10 +59,6 @@ logger = logging.getLogger(__name__)
 API_KEY_VAR = "ELECTRICITYMAPS_API_KEY"
 
 
-class ZeusCarbonIntensityHTTPError(ZeusBaseError):
-    """The carbon-intensity service could not be reached or answered with an error status."""
-
-
 class ZeusCarbonIntensityNotFoundError(ZeusBaseError):
     """The service answered, but without the carbon intensity asked for.
 
@@ -72,37 +71,6 @@ class ZeusCarbonIntensityNotFoundError(ZeusBaseError):
     def __init__(self, message: str, measurement: Optional[Measurement] = None) -> None:
         super().__init__(message)
         self.measurement = measurement
-
-
-def get_ip_lat_long(
-    url: str = "https://ipinfo.io/json", timeout: float = 10.0
-) -> tuple[float, float]:
-    """Latitude and longitude of this machine's public IP address, from ipinfo.io.
-
-    Raises:
-        ZeusCarbonIntensityHTTPError: the service is unreachable, or its answer has no `loc`.
-
-    """
-
-    def no_location(why: str) -> ZeusCarbonIntensityHTTPError:
-        return ZeusCarbonIntensityHTTPError(
-            f"Cannot tell this machine's location from {url}: {why}; pass the location "
-            "(latitude, longitude) yourself"
-        )
-
-    def failed(failure: http.Failure) -> ZeusCarbonIntensityHTTPError:
-        if failure.error is not None:
-            return no_location(f"{type(failure.error).__name__}: {failure.error}")
-        return no_location(f"HTTP {failure.status}")
-
-    service = http.Service("ipinfo", http.ErrorMap(transport=failed, status=failed, body=failed))
-    with http.open_client(timeout=timeout) as client:
-        body = service.send_json(client, "GET", url)
-    try:
-        lat, lon = (float(x) for x in body["loc"].split(","))
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise no_location(f"{type(e).__name__}: {e}") from e
-    return lat, lon
 
 
 class CarbonIntensityProvider(abc.ABC):

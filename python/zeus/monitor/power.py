@@ -23,9 +23,28 @@ Example:
 
 from __future__ import annotations
 
+from enum import Enum
+
 from zeus import _core
 
 PowerMonitor = _core.monitor.PowerMonitor
 infer_counter_update_period = _core.monitor.infer_counter_update_period
 
-__all__ = ["PowerMonitor", "infer_counter_update_period"]
+__all__ = ["PowerDomain", "PowerMonitor", "infer_counter_update_period"]
+
+
+class PowerDomain(str, Enum):
+    """Power readings a `PowerMonitor` samples (Zeus 0.16's enum).
+
+    A member is also its string, so either spelling works wherever a power domain is taken:
+    `PowerMonitor(power_domains=[PowerDomain.DEVICE_INSTANT])` is
+    `PowerMonitor(power_domains=["device_instant"])`. `MEMORY_AVERAGE` is Zeus 0.16's member;
+    this build does not read it, and a monitor asked for it raises `ValueError`.
+    """
+
+    DEVICE_INSTANT = "device_instant"
+    DEVICE_AVERAGE = "device_average"
+    MEMORY_AVERAGE = "memory_average"
+
+    def __str__(self) -> str:
+        return self.value

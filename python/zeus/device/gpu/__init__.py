@@ -6,6 +6,9 @@ what PyTorch calls `cuda:i`. Units: mW, mJ, MHz.
 With `ZEUSD_SOCK_PATH` or `ZEUSD_HOST_PORT` set (`zeus.device.zeusd`), the setters (power
 limit, persistence mode, locked graphics and memory clocks, and their resets) ask zeusd, the
 privileged daemon, to make the change; every getter still reads the device directly.
+
+Zeus 0.16's submodules name the same objects: `zeus.device.gpu.common` (`GPUs`, the
+exceptions) and `zeus.device.gpu.nvidia` (`NVIDIAGPUs`, `nvml_is_available`).
 """
 
 from __future__ import annotations
