@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ def _runnable_modules() -> set[str]:
         parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
         if parts[-1] == "__main__":
             found.add(".".join(parts[:-1]))
-        elif 'if __name__ == "__main__":' in path.read_text():
+        elif re.search(r'^if __name__ == "__main__":', path.read_text(), re.M):
             found.add(".".join(parts))
     return found
 

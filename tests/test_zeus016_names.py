@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_module_aliases_are_the_same_modules():
@@ -314,16 +315,30 @@ def test_device_submodules_at_zeus016_paths():
     assert callable(nvml_is_available)
 
 
-def test_nvml_is_available_says_what_backs_the_gpus(sim_gpus, monkeypatch):
-    from zeus.device.gpu import reset_gpus
+def test_nvml_is_available_says_what_backs_the_gpus(sim_gpus):
     from zeus.device.gpu.nvidia import nvml_is_available
 
     sim_gpus("A40")
     assert nvml_is_available() is False  # the simulator stands in for NVML
-    monkeypatch.setenv("ZEUS_GPU_BACKEND", "nvml")
-    monkeypatch.setenv("ZEUS_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
-    reset_gpus()
-    assert nvml_is_available() is False  # no NVML library: False, not an exception
+    # No NVML library: False, not an exception. In a fresh process: NVML, once loaded by an
+    # earlier test, stays loaded for the process's life.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEUS_")}
+    env.update(ZEUS_GPU_BACKEND="nvml", ZEUS_NVML_LIB="/nonexistent/libnvidia-ml.so.1")
+    python_dir = str(Path(__file__).resolve().parents[1] / "python")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [python_dir, env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from zeus.device.gpu.nvidia import nvml_is_available; print(nvml_is_available())",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
 
 
 SPAWN_SCRIPT = """
