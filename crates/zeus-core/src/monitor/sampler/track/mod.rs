@@ -1,0 +1,558 @@
+//! [`Track`]: what the sampler knows about one GPU, the energy it infers from that, and how
+//! wrong that energy may be.
+//!
+//! It does no I/O: the sampler thread feeds it power readings ([`Track::on_power`]), counter
+//! reads ([`Track::on_counter`]) and faults, and window edges mark where the load may step
+//! ([`Track::add_hint`]); tests drive it on a virtual clock.
+//!
+//! # The model
+//!
+//! - **Ticks**: the power readings change once per update; polling around the expected update
+//!   times each change to a millisecond (or exactly, where the driver's field timestamps move
+//!   with the updates), which gives the update period and phase.
+//! - **Anchors**: a counter value is the energy at one moment, published a lag after it on the
+//!   counter's own grid. The grid and the lag are calibrated from the reads themselves
+//!   ([`super::fit`]); each read is then attributed to the moment it describes, by the schedule,
+//!   or by its value where the schedule leaves two candidates (a read that straddles a publish).
+//!   A counter that goes backwards or jumps more than the board can draw starts a new epoch,
+//!   joined to the old one by the power model (a reset never counts negative energy).
+//! - **Between anchors** the counter's step is spread over time in proportion to the power model:
+//!   a ramp between ticks, or a step at window edges ([`Track::add_hint`]) where the load is
+//!   taken to change; past the last anchor the model is integrated forward. Boards without
+//!   instant power whose average lags use the counter's own interval means as their power.
+//!
+//! # The self-check and the bound
+//!
+//! Before each anchor the model predicts the counter; the residuals, normalised by the step,
+//! are kept per kind of interval (with window edges, without), and so is how far each
+//! extrapolated window end turned out from the settled value once the counter caught up. The
+//! bound of an edge is the residual scale of its kind of interval, shaped by where in the
+//! interval the edge lies, plus the calibration's timing uncertainty and the counter's
+//! resolution; a window's bound combines its two edges at about 95%. Where residuals in steady
+//! stretches exceed what noise and resolution allow, or the lag fit runs off its range, the
+//! model does not fit this board: [`Mode::Direct`] (read the counter at window edges) until it
+//! fits again; a counter whose rate disagrees with the power readings by more than 2x, or
+//! that froze, gives [`Mode::Power`] (integrate power instead).
+//!
+//! # The files
+//!
+//! This file holds the state and what others read of it; each concern's methods live beside:
+//! [`ticks`] (power readings, the update period, gaps), [`reads`] (counter reads, the
+//! calibration, anchors), [`check`] (residuals, shapes, modes), [`model`] (the power model and
+//! its integral) and [`bound`] (the energy at an edge, its bound, and windows).
+
+use std::collections::VecDeque;
+
+use super::fit::{self, Grid, LagFit, LagRead, ReadPair};
+
+mod bound;
+mod check;
+mod model;
+mod reads;
+mod ticks;
+
+/// Seconds of ticks, reads and anchors kept.
+const HISTORY_S: f64 = 600.0;
+/// Counter reads kept (beyond the history, the oldest go).
+const MAX_READS: usize = 4096;
+/// Tick intervals kept for the period estimate.
+const PERIOD_SAMPLES: usize = 16;
+/// Poll step around an expected tick, and before the phase is known.
+const POLL_STEP: f64 = 0.001;
+const SEARCH_STEP: f64 = 0.002;
+/// Polling starts this long before an expected tick ...
+const LOOK_EARLY: f64 = 0.003;
+/// ... and gives up this long after it, assuming an update that left the value unchanged.
+const LOOK_LATE: f64 = 0.010;
+/// How far before a tick a window edge may lie and still count for the interval after it.
+const HINT_TOLERANCE: f64 = 2.0 * POLL_STEP;
+/// The longest counter lag the calibration searches.
+pub const LAG_MAX: f64 = 0.100;
+/// The shortest: a little negative, since the lag is measured against the grid as fitted from
+/// the reads' midpoints, and a driver that takes the value late in its 3.5-6 ms read puts that
+/// grid early by up to half a read (see [`fit::fit_lag`]).
+pub const LAG_MIN: f64 = -0.005;
+
+/// The longest lag the counter's steps at window edges may show (s); one there or beyond is
+/// outside what the sampler calibrates.
+const STEP_LAG_MAX: f64 = 2.0 * LAG_MAX;
+/// Until the calibration has a schedule, the counter is taken to describe the power updates
+/// and show each this long after it (as measured on an H100 with driver 580: 10-25 ms), give or
+/// take as much: the first windows are then as good as on that board, and the calibration
+/// replaces the guess within about a second wherever it is wrong.
+const PRIOR_LAG: f64 = 0.015;
+/// Reads the calibration looks at.
+const FIT_READS: usize = 64;
+
+/// Refit the schedule every this many reads once fitted (every read before).
+const REFIT_EVERY: u32 = 16;
+/// Half-width multiplier of a window's bound: about 95% of a normal error.
+pub const Z95: f64 = 1.96;
+/// Edge intervals whose stretch between edges is longer than this (s) are left out of the
+/// shapes' scoring ([`Track::score_shapes`]).
+const FREE_UNSCORED: f64 = 0.001;
+/// Residuals kept per kind for the bound and the self-check.
+const RESIDUALS: usize = 24;
+/// Readings the power floor looks back over.
+const FLOOR_TICKS: usize = 600;
+
+/// A power reading that changed (or an update that was due and showed the same value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tick {
+    pub t: f64,
+    pub watts: f64,
+    /// Seen change, not assumed.
+    pub seen: bool,
+    /// How far off `t` may be (s).
+    pub t_err: f64,
+    /// Which update this is, counted from the first tick seen.
+    pub index: i64,
+}
+
+/// The counter's energy at a moment, on the track's scale (epochs joined).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Anchor {
+    pub t: f64,
+    pub joules: f64,
+    /// How far off `t` may be (s).
+    pub t_err: f64,
+    /// Standard error (J) of the offsets that join this anchor's epoch to the first one.
+    pub offset_sigma: f64,
+    /// The counter's own value (J), before joining epochs.
+    pub raw: f64,
+    /// When the read that gave it ended (which read it came from).
+    pub read_at: f64,
+}
+
+/// One counter read as it happened.
+#[derive(Debug, Clone, Copy)]
+struct Read {
+    before: f64,
+    after: f64,
+    mj: u64,
+    /// Made at a dithered moment (which may fall on a publish), not just after one.
+    dithered: bool,
+}
+
+/// How the sampler reads a GPU now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Window edges from the cache (the model fits).
+    Cached,
+    /// The model does not fit this board's counter timing: read the counter at window edges.
+    Direct,
+    /// The counter cannot be trusted (frozen, or its rate disagrees with the power readings):
+    /// integrate power.
+    Power,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cached => "cached",
+            Mode::Direct => "direct",
+            Mode::Power => "power",
+        }
+    }
+}
+
+/// What a driver's field timestamps say.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stamps {
+    /// Votes so far: timestamps that stood still while the value did (updates) and that moved
+    /// with every call (calls).
+    Unknown { update: u32, call: u32 },
+    /// The timestamp is the moment of the update: ticks are timed by it.
+    Update,
+    /// The timestamp is the moment of the call: ticks are timed by polling.
+    Call,
+}
+
+/// The calibrated counter schedule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    pub grid: Grid,
+    pub lag: f64,
+    pub lag_err: f64,
+    /// Whether the grid was fitted (else it is the power grid, a guess).
+    pub fitted: bool,
+    /// Whether the lag was measured (else it is a guess, `lag_err` wide).
+    pub lag_known: bool,
+    /// Whether the data put the lag beyond [`LAG_MAX`].
+    pub lag_beyond_range: bool,
+    /// Whether the counter describes the power updates themselves (its grid is theirs and the
+    /// data accept the lag that says so): anchors then sit on ticks, timed as well as they are.
+    pub on_ticks: bool,
+}
+
+/// One self-check: how far the model's prediction of a counter step was off.
+#[derive(Debug, Clone, Copy)]
+struct Residual {
+    /// (measured - predicted) / scale.
+    rel: f64,
+    /// Steady power around the step: the residual must be within noise there.
+    calm: bool,
+}
+
+/// An energy estimate at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Edge {
+    pub joules: f64,
+    /// Standard error (J).
+    pub sigma: f64,
+    /// Half-width (J) of a hard interval on top of `sigma` (a stretch with no readings).
+    pub hard: f64,
+    /// Standard error of the epoch offsets behind the value (J), see [`Anchor::offset_sigma`].
+    pub offset_sigma: f64,
+    /// An anchor after the moment exists (interpolated, not extrapolated).
+    pub settled: bool,
+    /// The moment lies in a stretch without readings (a fault).
+    pub degraded: bool,
+}
+
+/// A window's energy from the cache.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowEstimate {
+    pub joules: f64,
+    /// Half-width of the ~95% interval (J).
+    pub bound: f64,
+    pub degraded: bool,
+}
+
+/// What the sampler knows about one GPU. Times are the clock's seconds, energy joules.
+#[derive(Debug, Clone)]
+pub struct Track {
+    ticks: VecDeque<Tick>,
+    anchors: VecDeque<Anchor>,
+    hints: VecDeque<f64>,
+    /// Stretches without power readings (faults), oldest first.
+    gaps: VecDeque<(f64, f64)>,
+    reads: VecDeque<Read>,
+    last_value: Option<u32>,
+    last_stamp: Option<f64>,
+    stamps: Stamps,
+    last_poll: f64,
+    period: f64,
+    intervals: VecDeque<f64>,
+    locked: bool,
+    next_poll: f64,
+    /// When power polling failed (a fault is ongoing) and since when.
+    power_down_since: Option<f64>,
+    read_due: Option<f64>,
+    reads_since_fit: u32,
+    /// Dither sequence position for read timing.
+    dither: u32,
+    /// Whether the read now due is a dithered one.
+    read_dithered: bool,
+    /// Seconds one counter read costs (moving average).
+    read_cost: f64,
+    /// Minimum seconds between counter reads (the CPU budget).
+    read_spacing: f64,
+    schedule: Schedule,
+    /// Averaging window of the power readings when they are averages that lag (s); `None`
+    /// for instantaneous readings.
+    averaged: Option<f64>,
+    /// Whether the readings are the driver's average (no instant power on this board).
+    average_only: bool,
+    plain: VecDeque<Residual>,
+    /// Residuals of intervals with window edges, the edges stepping the load ...
+    hinted: VecDeque<Residual>,
+    /// ... and the same intervals with the edges ignored (the bridge).
+    hinted_bridge: VecDeque<Residual>,
+    /// Hinted intervals `(a, b, moved)` whose shapes are scored once a reading passes them.
+    pending_shapes: VecDeque<(f64, f64, f64)>,
+    /// Lag fits in a row where no lag in the range explained the counter across edges.
+    lag_misfits: u32,
+    /// The lag measured beyond the range (s; 0 until one is), for the staleness of direct
+    /// reads.
+    lag_beyond: f64,
+    /// Correlation time of the load (s; infinite for a load that holds longer than we look).
+    pub(super) tau: f64,
+    /// The load's recent mean power (W): the guess for unknown levels.
+    pub(super) level_guess: f64,
+    /// The load's recent variance beyond the readings' noise (W²).
+    load_var: f64,
+    /// Extrapolated window ends waiting for the counter: (time, estimate J, seconds past the
+    /// last anchor, power scale W).
+    pending_ends: VecDeque<(f64, f64, f64, f64)>,
+    /// How far extrapolated ends were off once settled, over `seconds * power`.
+    end_errors: VecDeque<f64>,
+    /// Relative noise of the power readings against the counter in steady stretches.
+    noise: f64,
+    /// Recent relative deviations of readings from the counter's mean in steady stretches.
+    deviations: VecDeque<f64>,
+    /// Counter steps and the power readings' energy over them, decayed (rate check), and the
+    /// seconds they span.
+    rate: (f64, f64),
+    rate_span: f64,
+    frozen_steps: u32,
+    mode: Mode,
+    /// Why the mode is what it is (for the warning), with the figures.
+    mode_reason: String,
+    /// The board's highest power (W): its maximum power limit, for hard bounds.
+    max_power_w: f64,
+    /// The highest reading seen (W), and the lowest of the last [`FLOOR_TICKS`]: kept as ticks
+    /// come, since the bounds ask for them per tick of the model.
+    seen_max_w: f64,
+    recent_min_w: f64,
+    /// The counter's resolution (J): the greatest common divisor of its values in mJ.
+    resolution_j: f64,
+    resolution_mj: u64,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+fn push_bounded<T>(q: &mut VecDeque<T>, x: T, n: usize) {
+    q.push_back(x);
+    while q.len() > n {
+        q.pop_front();
+    }
+}
+
+/// The scale (a standard deviation) of residuals: their 95th percentile over 1.96, so that a
+/// bound of [`Z95`] scales covers 95% of them whatever the shape of their tail (a load that
+/// moves between readings gives heavy ones), while a single stray value among two dozen (a
+/// start-up glitch) does not widen every bound.
+fn rms(q: &VecDeque<Residual>, calm_only: bool) -> Option<f64> {
+    let v: Vec<f64> = q
+        .iter()
+        .filter(|r| !calm_only || r.calm)
+        .map(|r| r.rel)
+        .collect();
+    robust_scale(&v)
+}
+
+fn robust_scale(v: &[f64]) -> Option<f64> {
+    if v.len() < 3 {
+        return None;
+    }
+    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
+    a.sort_by(f64::total_cmp);
+    let q95 = a[((a.len() as f64 * 0.95).ceil() as usize).min(a.len()) - 1];
+    let second = a[a.len().saturating_sub(2)];
+    Some(q95.min(second) / 1.96)
+}
+
+impl Track {
+    /// Start tracking at `now`; `period` is the update period if known (else 0.1 s is assumed
+    /// until ticks are seen).
+    pub fn new(now: f64, period: Option<f64>) -> Track {
+        let period = period.filter(|p| *p > 0.0).unwrap_or(0.1);
+        Track {
+            ticks: VecDeque::new(),
+            anchors: VecDeque::new(),
+            hints: VecDeque::new(),
+            gaps: VecDeque::new(),
+            reads: VecDeque::new(),
+            last_value: None,
+            last_stamp: None,
+            stamps: Stamps::Unknown { update: 0, call: 0 },
+            last_poll: now,
+            period,
+            intervals: VecDeque::new(),
+            locked: false,
+            next_poll: now,
+            power_down_since: None,
+            read_due: Some(now),
+            reads_since_fit: 0,
+            dither: 0,
+            read_dithered: true,
+            read_cost: 0.0,
+            read_spacing: 0.0,
+            schedule: Schedule {
+                grid: Grid {
+                    period,
+                    phase: 0.0,
+                    phase_err: period / 2.0,
+                },
+                lag: PRIOR_LAG,
+                lag_err: LAG_MAX / 2.0,
+                fitted: false,
+                lag_known: false,
+                lag_beyond_range: false,
+                on_ticks: false,
+            },
+            averaged: None,
+            average_only: false,
+            plain: VecDeque::new(),
+            hinted: VecDeque::new(),
+            hinted_bridge: VecDeque::new(),
+            pending_shapes: VecDeque::new(),
+            lag_misfits: 0,
+            lag_beyond: 0.0,
+            tau: f64::INFINITY,
+            level_guess: 0.0,
+            load_var: 0.0,
+            pending_ends: VecDeque::new(),
+            end_errors: VecDeque::new(),
+            noise: 0.01,
+            deviations: VecDeque::new(),
+            rate: (0.0, 0.0),
+            rate_span: 0.0,
+            frozen_steps: 0,
+            mode: Mode::Cached,
+            mode_reason: String::new(),
+            max_power_w: 0.0,
+            seen_max_w: 0.0,
+            recent_min_w: f64::INFINITY,
+            resolution_j: 0.001,
+            resolution_mj: 0,
+        }
+    }
+
+    /// The board's highest power (its maximum power limit), for bounds over stretches without
+    /// readings.
+    pub fn set_max_power(&mut self, watts: f64) {
+        self.max_power_w = watts.max(0.0);
+    }
+
+    /// The power readings are the driver's average (the board has no instant power): whether
+    /// they lag is found out from the counter.
+    pub fn set_average_only(&mut self, yes: bool) {
+        self.average_only = yes;
+        self.averaged = None;
+    }
+
+    /// Forget the update period the backend said, and measure it (as with NVML, which does
+    /// not say).
+    pub fn forget_period(&mut self) {
+        self.period = 0.1;
+        self.intervals.clear();
+        self.locked = false;
+        self.schedule.grid.period = 0.1;
+    }
+
+    /// The update period as measured (or assumed before enough ticks were seen).
+    pub fn period(&self) -> f64 {
+        self.period
+    }
+
+    /// Whether ticks have been seen often enough to know the period and its phase.
+    pub fn is_locked(&self) -> bool {
+        self.locked
+    }
+
+    pub fn ticks(&self) -> &VecDeque<Tick> {
+        &self.ticks
+    }
+
+    pub fn anchors(&self) -> &VecDeque<Anchor> {
+        &self.anchors
+    }
+
+    /// Window edges marked so far (at most two per tick interval).
+    pub fn hints(&self) -> &VecDeque<f64> {
+        &self.hints
+    }
+
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Why the track is in its mode, with the figures ("" in the cached mode).
+    pub fn mode_reason(&self) -> &str {
+        &self.mode_reason
+    }
+
+    /// The self-check's recent residual scale: RMS of (counter step - prediction) / step.
+    pub fn residual_ratio(&self) -> f64 {
+        let mut all: VecDeque<Residual> = self.plain.clone();
+        all.extend(
+            if self.steps() {
+                &self.hinted
+            } else {
+                &self.hinted_bridge
+            }
+            .iter()
+            .copied(),
+        );
+        rms(&all, false).unwrap_or(0.0)
+    }
+
+    /// Self-check residual scales: intervals without window edges, with them (edges stepping
+    /// the load), with them (the bridge), for diagnostics.
+    pub fn residual_scales(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
+        (
+            rms(&self.plain, false),
+            rms(&self.hinted, false),
+            rms(&self.hinted_bridge, false),
+        )
+    }
+
+    /// Relative noise of the power readings, as measured against the counter.
+    pub fn noise(&self) -> f64 {
+        self.noise
+    }
+
+    /// Whether the driver's field timestamps time the updates.
+    pub fn stamps_time_updates(&self) -> bool {
+        self.stamps == Stamps::Update
+    }
+
+    /// The averaging window found for average-only boards (`None`: instantaneous readings).
+    pub fn averaging_window(&self) -> Option<f64> {
+        self.averaged
+    }
+
+    /// Seconds one counter read took, on average.
+    pub fn read_cost(&self) -> f64 {
+        self.read_cost
+    }
+
+    /// When the next poll or counter read is due.
+    pub fn next_due(&self) -> f64 {
+        let poll = if self.power_down_since.is_some() {
+            f64::INFINITY
+        } else {
+            self.next_poll
+        };
+        self.read_due.map_or(poll, |a| a.min(poll))
+    }
+
+    pub fn poll_due(&self, now: f64) -> bool {
+        self.power_down_since.is_none() && self.next_poll <= now
+    }
+
+    pub fn anchor_is_due(&self, now: f64) -> bool {
+        self.read_due.is_some_and(|a| a <= now)
+    }
+
+    /// Mark a window edge at `t`: the load probably changes there. Only the first and the last
+    /// edge of a tick interval shape the model (the level between them is one unknown), so an
+    /// interval keeps at most two: a tight loop of windows costs neither time nor memory.
+    pub fn add_hint(&mut self, t: f64) {
+        if self.hints.back().is_some_and(|&h| h >= t) {
+            return;
+        }
+        let last_tick = self.ticks.back().map_or(f64::NEG_INFINITY, |k| k.t);
+        let in_open_interval = self
+            .hints
+            .iter()
+            .rev()
+            .take_while(|&&h| h > last_tick)
+            .count();
+        if in_open_interval >= 2 {
+            *self.hints.back_mut().expect("two hints") = t;
+        } else {
+            self.hints.push_back(t);
+        }
+    }
+
+    /// How many GPUs share the sampler, to spread counter reads over the CPU budget (`share`
+    /// of one core for all of them).
+    pub fn set_load(&mut self, n_devices: usize, share: f64) {
+        self.read_spacing = n_devices.max(1) as f64 * self.read_cost / share.max(1e-6);
+    }
+
+    // ---- power readings --------------------------------------------------------------------
+}

@@ -1,0 +1,645 @@
+//! Counter reads: when to read, the calibration of the publish grid and the lag, and
+//! which moment each read describes (its anchor).
+
+use super::*;
+
+impl Track {
+    /// A counter read (mJ) that started at `before` and ended at `after`, costing `cost` s of
+    /// this thread's CPU.
+    pub fn on_counter(&mut self, before: f64, after: f64, millijoules: u64, cost: f64) {
+        self.read_cost = if self.read_cost == 0.0 {
+            cost
+        } else {
+            0.8 * self.read_cost + 0.2 * cost
+        };
+        // A coarse counter moves in whole steps: every value is a multiple of its resolution.
+        self.resolution_mj = gcd(self.resolution_mj, millijoules);
+        if self.reads.len() >= 4 {
+            self.resolution_j = (self.resolution_mj.max(1) as f64 / 1000.0).min(1e6);
+        }
+        push_bounded(
+            &mut self.reads,
+            Read {
+                before,
+                after,
+                mj: millijoules,
+                dithered: self.read_dithered,
+            },
+            MAX_READS,
+        );
+        self.reads_since_fit += 1;
+        let r = *self.reads.back().expect("just pushed");
+        let refit = !self.schedule.fitted || self.reads_since_fit >= REFIT_EVERY;
+        let was_schedule = self.schedule;
+        let moved = refit && {
+            self.reads_since_fit = 0;
+            self.refit();
+            schedule_moved(&was_schedule, &self.schedule)
+        };
+        if moved {
+            if schedule_changed_model(&was_schedule, &self.schedule) {
+                // The residuals measured the model as it was: a new schedule starts afresh.
+                self.plain.clear();
+                self.hinted.clear();
+                self.hinted_bridge.clear();
+                self.pending_shapes.clear();
+                self.end_errors.clear();
+                self.pending_ends.clear();
+            }
+            self.rebuild_anchors();
+        } else {
+            self.attribute_next(r, true);
+        }
+        self.settle_pending_ends();
+        self.plan_read(after);
+    }
+
+    /// A counter read failed at `t`: try again after `retry` s.
+    pub fn on_counter_fault(&mut self, t: f64, retry: f64) {
+        self.read_due = Some(t + retry);
+    }
+
+    /// The next read: right after the counter's next publish once the schedule is known (every
+    /// fourth read dithered, so the schedule stays checked), at a dithered delay before.
+    pub(super) fn plan_read(&mut self, after: f64) {
+        let earliest = after + self.read_spacing.max(0.002);
+        let g = self.schedule.grid;
+        self.dither = self.dither.wrapping_add(1);
+        let golden = (f64::from(self.dither) * 0.618_033_988_7).fract();
+        // Fitted: every fourth read dithered. Before: every other one, the rest just after the
+        // guessed publish, so that the first windows rest on well-placed values.
+        let dithered = if self.schedule.fitted {
+            self.dither % 4 == 0
+        } else {
+            self.dither % 2 == 0 || !self.locked
+        };
+        self.read_dithered = dithered;
+        let due = if dithered {
+            earliest + golden * g.period.max(self.period)
+        } else {
+            let margin = 0.0015 + g.phase_err;
+            let next = g.at_or_before(earliest - margin) + g.period;
+            next + margin
+        };
+        self.read_due = Some(due);
+    }
+
+    /// The counter values of reads on the track's scale, as pairs for the grid fit.
+    pub(in crate::monitor::sampler) fn read_pairs(&self) -> Vec<ReadPair> {
+        let n = self.reads.len();
+        let start = n.saturating_sub(FIT_READS);
+        let mut out = Vec::new();
+        for k in start + 1..n {
+            let (a, b) = (self.reads[k - 1], self.reads[k]);
+            if b.mj < a.mj {
+                continue;
+            }
+            let (lo, hi) = (a.before - LAG_MAX - self.period, b.after);
+            let (mean, calm) = self.power_stats(lo, hi, 2);
+            if mean <= 0.0 {
+                continue;
+            }
+            out.push(ReadPair {
+                prev: (a.before, a.after),
+                next: (b.before, b.after),
+                delta_j: (b.mj - a.mj) as f64 / 1000.0,
+                mean_w: mean,
+                weight: if calm { 1.0 } else { 0.05 },
+            });
+        }
+        out
+    }
+
+    /// Mean power of the ticks in `[a, b]` and whether they were steady (within noise).
+    pub(super) fn power_stats(&self, a: f64, b: f64, min_ticks: usize) -> (f64, bool) {
+        // Steadiness is judged on the readings themselves; lagging averages are steady only
+        // once they have been for a whole window.
+        let a = a - self.averaged.unwrap_or(0.0);
+        let i = self.ticks.partition_point(|k| k.t < a);
+        let j = self.ticks.partition_point(|k| k.t <= b);
+        if j <= i + 1 {
+            return (0.0, false);
+        }
+        let enough = j - i >= min_ticks;
+        let w: Vec<f64> = (i..j).map(|k| self.ticks[k].watts).collect();
+        let mean = w.iter().sum::<f64>() / w.len() as f64;
+        let (lo, hi) = w
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        let tol = 0.02 + 3.0 * self.noise;
+        let in_gap = self.gaps.iter().any(|g| g.1 > a && g.0 < b);
+        (mean, enough && !in_gap && hi <= lo * (1.0 + tol) + 1.0)
+    }
+
+    pub(super) fn refit(&mut self) {
+        let pairs = self.read_pairs();
+        let fitted_grid = fit::fit_grid(&pairs, self.period, self.noise);
+        // A fitted grid stays while it explains the recent steady pairs within about one
+        // miscount of the best: with few steady pairs (a load that keeps stepping) the best
+        // phase wobbles by milliseconds from fit to fit, and reads placed just after a publish
+        // would then fall on the wrong side of it.
+        let current = fit::grid_score(&pairs, &self.schedule.grid, self.noise);
+        let keep = |g: &fit::GridFit| {
+            self.schedule.fitted
+                && (g.grid.period - self.schedule.grid.period).abs() < 1e-9
+                && current.is_some_and(|c| c <= g.score + 2.0 / g.evidence)
+        };
+        if let Some(g) = fitted_grid.filter(|g| !keep(g)) {
+            // Accept a grid once the phases that fit are a small part of the period.
+            if g.grid.phase_err < g.grid.period / 4.0 && g.score < 2.0 {
+                let was = self.schedule.grid;
+                self.schedule.grid = g.grid;
+                if !self.schedule.fitted || (was.period - g.grid.period).abs() > 1e-9 {
+                    // A new grid: the lag guess is the power grid's (the counter describes the
+                    // power updates, as on the measured H100) until the data say otherwise.
+                    if !self.schedule.lag_known {
+                        self.schedule.lag = self.on_grid_lag();
+                    }
+                } else if self.schedule.lag_known {
+                    // The same grid, its phase moved by a millisecond or two: the moment each
+                    // value describes (publish minus lag) is what the lag was measured as, so
+                    // the lag moves with the phase until the data say otherwise.
+                    let p = g.grid.period;
+                    let d = (g.grid.phase - was.phase + p / 2.0).rem_euclid(p) - p / 2.0;
+                    self.schedule.lag = (self.schedule.lag + d).clamp(LAG_MIN, LAG_MAX);
+                }
+                self.schedule.fitted = true;
+            }
+        }
+        if let Some(shift) = self.shift_beyond_range() {
+            // The counter follows the readings later than any lag the sampler calibrates:
+            // measured, but outside what the cache's model handles.
+            self.lag_beyond = self.schedule.lag + shift;
+            self.schedule.lag_beyond_range = true;
+            return;
+        }
+        if !self.schedule.fitted {
+            return;
+        }
+        if self.averaged.is_some() {
+            // Lagging averages carry no timing the counter's own means lack: the lag can only
+            // be told from window edges where the load stepped (see `lag_from_steps`).
+            self.fit_averaging();
+            if let Some((lag, err)) = self.lag_from_steps() {
+                self.schedule.lag = lag;
+                self.schedule.lag_err = err;
+                self.schedule.lag_known = true;
+            }
+            return;
+        }
+        // The lag, from the reads and the power model (informative only where power changed).
+        let n = self.reads.len();
+        let reads: Vec<LagRead> = self
+            .reads
+            .iter()
+            .skip(n.saturating_sub(FIT_READS))
+            .map(|r| LagRead {
+                before: r.before,
+                after: r.after,
+                joules: r.mj as f64 / 1000.0,
+            })
+            .collect();
+        // Reads across a reset would mislead the fit: keep the stretch after the last one.
+        let from = reads
+            .windows(2)
+            .rposition(|w| w[1].joules < w[0].joules)
+            .map_or(0, |k| k + 1);
+        let grid = self.schedule.grid;
+        // Stretches the model only guesses at would pull the lag to wherever it hides the
+        // guess's miss: pairs of reads across them say nothing about the lag.
+        let unknown = self.unknown_stretches();
+        let fitted = fit::fit_lag(&reads[from..], &grid, (LAG_MIN, LAG_MAX), &|a, b| {
+            if unknown.iter().any(|&(x, y)| x < b && y > a) {
+                f64::NAN
+            } else {
+                self.model(a, b, None).0
+            }
+        });
+        let edges_seen = reads
+            .get(from)
+            .is_some_and(|r0| self.hints.iter().any(|&h| h > r0.before));
+        if let Some(l) = fitted {
+            // No lag in the range explains the counter where the load stepped, again and
+            // again: the board's lag is outside what the sampler calibrates.
+            let best = l.scores.iter().copied().fold(f64::INFINITY, f64::min);
+            if l.informative {
+                self.lag_misfits = 0;
+            } else if edges_seen && best > 0.1 {
+                self.lag_misfits += 1;
+            }
+            // A counter on the power grid most likely describes the power updates, as on the
+            // measured H100: that lag stands unless the data reject it.
+            let on_grid = (self.schedule.grid.period - self.period).abs() < 1e-6;
+            let grid_lag = self.on_grid_lag();
+            // The counter may describe an update whole periods back: a lag of the grid's
+            // family.
+            let p = self.period.max(1e-3);
+            let family = grid_lag + ((l.lag - grid_lag) / p).round() * p;
+            let off_family = (l.lag - family).abs() > l.lag_err + 0.003;
+            // The pooled fit may put the counter between the power updates while the window
+            // edges one by one do not say the same. Its evidence is a few steps, and a caller
+            // held up between its window edge and the load step (a busy machine: tens of ms)
+            // pulls it by as much; such a pull is one edge's, a board's lag is every edge's.
+            let unconfirmed = on_grid
+                && l.informative
+                && off_family
+                && !l.accepts(grid_lag)
+                && !self.steps_confirm(&l, grid_lag);
+            self.schedule.on_ticks =
+                on_grid && (unconfirmed || !l.informative || l.accepts(grid_lag));
+            let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
+            if unconfirmed {
+                // The grid's lag stands, measured if it was; the fit is no word on the board.
+                if !(self.schedule.lag_known && (self.schedule.lag - grid_lag).abs() < 0.002) {
+                    self.schedule.lag = grid_lag;
+                    self.schedule.lag_known = false;
+                    self.schedule.lag_err = self.schedule.grid.phase_err.max(0.005);
+                }
+            } else if on_grid && l.informative && l.accepts(grid_lag) {
+                self.schedule.lag = grid_lag;
+                self.schedule.lag_err = l.lag_err.clamp(0.001, 0.005);
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = false;
+            } else if keep {
+                // A measured lag stays while the data still accept it: a load that moves
+                // between readings makes the fit's best lag wander, the board's lag does not.
+            } else if l.informative {
+                self.schedule.lag = l.lag;
+                self.schedule.lag_err = l.lag_err.max(0.001);
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = l.beyond_range;
+            } else if let Some((lag, err)) = self
+                .lag_from_steps()
+                .filter(|&(lag, e)| e < 0.01 && lag < STEP_LAG_MAX)
+            {
+                // The model cannot tell the lag (sparse power samples, a load that moves between
+                // them), but the counter's steps across the window edges can.
+                self.schedule.lag = lag;
+                self.schedule.lag_err = err;
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = false;
+                self.lag_misfits = 0;
+            } else if self.lag_misfits >= 3 {
+                self.schedule.lag_beyond_range = true;
+            } else if !self.schedule.lag_known {
+                self.schedule.lag = grid_lag;
+                // On the power grid the guess is the grid's own phase, known as well as the
+                // grid is; off it, any lag in the range.
+                self.schedule.lag_err = if on_grid {
+                    self.schedule.grid.phase_err.max(0.005)
+                } else {
+                    LAG_MAX / 2.0
+                };
+            }
+        }
+        if self.average_only {
+            self.fit_averaging();
+        }
+    }
+
+    /// Whether the counter's steps at window edges, taken one by one ([`Self::lag_from_steps`],
+    /// a median over at least three), agree with the lag `fit` found and not with `grid_lag`.
+    pub(super) fn steps_confirm(&self, fit: &LagFit, grid_lag: f64) -> bool {
+        self.lag_from_steps().is_some_and(|(lag, err)| {
+            (lag - fit.lag).abs() <= err + fit.lag_err + 0.003
+                && (lag - grid_lag).abs() > err + 0.003
+        })
+    }
+
+    /// The lag from counter steps across window edges, where the load is taken to step: the
+    /// counter shows each step somewhere within the lag's range of the edge, on the anchors'
+    /// time axis (which the lag in use puts in place). Between the level well before and the
+    /// level well after, the first counter interval that moved off the level before holds the
+    /// step, and how far into it the step fell says where it was; its distance from the edge is
+    /// what the lag in use is off by. The median over the edges, and its spread as the error;
+    /// `None` with fewer than three.
+    pub(super) fn lag_from_steps(&self) -> Option<(f64, f64)> {
+        let n = self.anchors.len();
+        if n < 4 {
+            return None;
+        }
+        let mean_over = |lo: f64, hi: f64| -> Option<f64> {
+            let i = self.anchors.partition_point(|a| a.t < lo);
+            let j = self.anchors.partition_point(|a| a.t <= hi);
+            if j < i + 2 {
+                return None;
+            }
+            let (a, b) = (self.anchors[i], self.anchors[j - 1]);
+            Some((b.joules - a.joules) / (b.t - a.t).max(1e-6))
+        };
+        let reach = LAG_MAX + 0.01;
+        // Levels are means over a few counter intervals.
+        let span = (2.5 * self.schedule.grid.period).max(0.1);
+        let mut offsets = Vec::new();
+        for (k, &h) in self.hints.iter().enumerate() {
+            // Only edges alone within the reach and the levels' spans: each step by itself.
+            let near = |x: f64| (x - h).abs() < reach + span;
+            let prev_near = k > 0 && near(self.hints[k - 1]);
+            let next_near = self.hints.get(k + 1).is_some_and(|&x| near(x));
+            if prev_near || next_near {
+                continue;
+            }
+            let (Some(before), Some(after)) = (
+                mean_over(h - reach - span, h - reach),
+                mean_over(h + reach, h + reach + span),
+            ) else {
+                continue;
+            };
+            if (before - after).abs() < 0.2 * before.max(after) {
+                continue;
+            }
+            // The first interval past the level before, within the reach of the edge.
+            let i = self.anchors.partition_point(|a| a.t < h - reach);
+            let j = self
+                .anchors
+                .partition_point(|a| a.t <= h + reach)
+                .min(n - 1);
+            let threshold = 0.2 * (after - before).abs();
+            for m in i.max(1)..=j {
+                let (a, b) = (self.anchors[m - 1], self.anchors[m]);
+                let span = b.t - a.t;
+                let step = b.joules - a.joules;
+                if span <= 0.0 || (step / span - before).abs() < threshold {
+                    continue;
+                }
+                // step = before * into + after * (span - into)
+                let into = ((step - after * span) / (before - after)).clamp(0.0, span);
+                offsets.push(a.t + into - h);
+                break;
+            }
+        }
+        if offsets.len() < 3 {
+            return None;
+        }
+        offsets.sort_by(f64::total_cmp);
+        let median = offsets[offsets.len() / 2];
+        let mut dev: Vec<f64> = offsets.iter().map(|e| (e - median).abs()).collect();
+        dev.sort_by(f64::total_cmp);
+        let spread = 1.5 * dev[dev.len() / 2] + 0.002;
+        // The step shows `median` late on the anchors' axis: the lag is that much longer.
+        let lag = self.schedule.lag + median;
+        Some((lag.clamp(LAG_MIN, STEP_LAG_MAX), spread))
+    }
+
+    /// How much later than the lag in use the counter follows the power readings, where that
+    /// is beyond the calibrated range: the delay (s, up to a second) that best lines the
+    /// counter's interval means (between the last anchors) up with the readings' integral,
+    /// when it explains them far better than any delay within the range. `None` while the load
+    /// held too steady to tell, for lagging averages (whose readings trail the load
+    /// themselves), and when a delay in the range does about as well.
+    pub(in crate::monitor::sampler) fn shift_beyond_range(&self) -> Option<f64> {
+        if self.averaged.is_some() {
+            return None;
+        }
+        let oldest = self.ticks.front()?.t;
+        let span = 1.0;
+        let n = self.anchors.len();
+        let pairs: Vec<(f64, f64, f64)> = (n.saturating_sub(FIT_READS).max(1)..n)
+            .map(|j| (self.anchors[j - 1], self.anchors[j]))
+            .filter(|(a, b)| a.offset_sigma == b.offset_sigma && b.t > a.t && a.t - span > oldest)
+            .map(|(a, b)| (a.t, b.t, (b.joules - a.joules) / (b.t - a.t)))
+            .collect();
+        if pairs.len() < 12 {
+            return None;
+        }
+        let mean = pairs.iter().map(|p| p.2).sum::<f64>() / pairs.len() as f64;
+        let spread: f64 = pairs.iter().map(|p| (p.2 - mean).powi(2)).sum();
+        if spread < 1e-6 || spread / (pairs.len() as f64) < (0.1 * mean).powi(2) {
+            return None;
+        }
+        let score = |shift: f64| -> f64 {
+            pairs
+                .iter()
+                .map(|&(a, b, r)| (r - self.raw_integral(a - shift, b - shift) / (b - a)).powi(2))
+                .sum::<f64>()
+                / spread
+        };
+        let steps = (span / 0.01).round() as usize;
+        let scores: Vec<f64> = (0..=steps).map(|k| score(k as f64 * 0.01)).collect();
+        let in_range = (LAG_MAX / 0.01).round() as usize + 2;
+        let (k_best, best) = scores
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let best_in_range = scores[..=in_range.min(steps)]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        (k_best > in_range && best < 0.25 * best_in_range && best < 0.3)
+            .then_some(k_best as f64 * 0.01)
+    }
+
+    /// The lag that makes the counter describe the power updates (its grid's publishes minus
+    /// the power update before them).
+    pub(super) fn on_grid_lag(&self) -> f64 {
+        let g = self.schedule.grid;
+        let Some(last) = self.ticks.iter().rev().find(|k| k.seen).copied() else {
+            return 0.015;
+        };
+        let publish = g.at_or_before(last.t + g.period);
+        // Within [LAG_MIN, period + LAG_MIN): a grid fitted a little before the updates
+        // describes them at a small negative lag, not at most of a period.
+        (publish - last.t - LAG_MIN).rem_euclid(self.period.max(1e-3)) + LAG_MIN
+    }
+
+    /// Which moment read `r` describes, by the schedule: one candidate, or two where the read
+    /// straddles a publish.
+    pub(super) fn candidates(&self, r: &Read) -> (f64, Option<f64>) {
+        let g = self.schedule.grid;
+        // A dithered read may fall anywhere, on a publish too: within a few times the fit's own
+        // phase error, or 5 ms, of one it is unsure, and settled by its value.
+        let pe = if r.dithered {
+            (3.0 * g.phase_err).max(0.005).min(g.period / 3.0)
+        } else {
+            g.phase_err
+        };
+        let lo = g.at_or_before(r.before - pe);
+        let hi = g.at_or_before(r.after + pe);
+        let lag = self.schedule.lag;
+        if hi > lo + 1e-9 {
+            (hi - lag, Some(lo - lag))
+        } else {
+            (hi - lag, None)
+        }
+    }
+
+    /// Attribute again the reads the fit looked at, under the new schedule. Older anchors
+    /// stay: they were placed, and checked, when their values arrived, and a schedule refitted
+    /// on recent reads (whose phase may wobble by a few milliseconds) has no better word on
+    /// them. The self-check's residuals stay too, for the same reason.
+    pub(super) fn rebuild_anchors(&mut self) {
+        let n = self.reads.len();
+        let from = n.saturating_sub(FIT_READS);
+        let Some(first) = self.reads.get(from).copied() else {
+            return;
+        };
+        while self
+            .anchors
+            .back()
+            .is_some_and(|a| a.read_at >= first.after)
+        {
+            self.anchors.pop_back();
+        }
+        // The older anchors were placed by the old schedule: one that the new schedule puts
+        // about as late as the first read it re-attributes (a lag moved by most of a period)
+        // would make that read look like a jump the board cannot draw. Drop those too; their
+        // reads are older than what the new schedule describes.
+        let (x_first, _) = self.candidates(&first);
+        let half = self.schedule.grid.period / 2.0;
+        while self.anchors.len() > 1 && self.anchors.back().is_some_and(|a| a.t > x_first - half) {
+            self.anchors.pop_back();
+        }
+        let reads: Vec<Read> = self.reads.iter().skip(from).copied().collect();
+        for r in reads {
+            self.attribute_next(r, false);
+        }
+    }
+
+    /// Turn read `r` (the newest) into an anchor; with `check`, score the model's prediction of
+    /// it first (the self-check).
+    pub(super) fn attribute_next(&mut self, r: Read, check: bool) {
+        let value = r.mj as f64 / 1000.0;
+        let (x_new, x_old) = self.candidates(&r);
+        // The lag is fitted on the grid as it stands, so it absorbs the grid's phase error:
+        // once measured, the described moment is as good as the lag fit.
+        let t_err_sched = if self.schedule.lag_known {
+            self.schedule.lag_err
+        } else {
+            self.schedule.lag_err.max(self.schedule.grid.phase_err)
+        };
+        let prev = self.anchors.back().copied();
+        let Some(prev) = prev else {
+            self.anchors.push_back(Anchor {
+                t: x_new,
+                joules: value,
+                t_err: t_err_sched + x_old.map_or(0.0, |o| x_new - o),
+                offset_sigma: 0.0,
+                raw: value,
+                read_at: r.after,
+            });
+            return;
+        };
+        let offset = prev.joules - prev.raw;
+        let predict = |x: f64| prev.joules + self.model(prev.t, x, None).0;
+        // The value on the track's scale if the counter did not reset.
+        let scaled = value + offset;
+        let (x, t_err) = match x_old {
+            None => (x_new, t_err_sched),
+            Some(old) => {
+                // Past a window edge that no power reading has seen yet, the load may have
+                // stepped anywhere (the guess that it held would take a value after a step
+                // down for the earlier publish): there, by what the model allows at each.
+                let fits = |x: f64| {
+                    let (lo, hi) = self.allowed_range(prev, x);
+                    let tol = 3.0
+                        * (self.residual_scale(false) * (predict(x) - prev.joules).abs())
+                            .max(self.resolution_j);
+                    scaled >= lo - tol && scaled <= hi + tol
+                };
+                let (e_new, e_old) = (
+                    (scaled - predict(x_new)).abs(),
+                    (scaled - predict(old)).abs(),
+                );
+                let sep = (predict(x_new) - predict(old)).abs();
+                let unseen = self.unseen_edge(x_new).is_some();
+                match (unseen, fits(x_new), fits(old)) {
+                    (true, true, false) => (x_new, t_err_sched),
+                    (true, false, true) => (old, t_err_sched),
+                    // Either would do: cannot tell which publish it was, no anchor from it.
+                    (true, true, true) => return,
+                    // Else the nearer prediction, where clearly nearer.
+                    _ if e_new.min(e_old) < 0.35 * sep => {
+                        (if e_new <= e_old { x_new } else { old }, t_err_sched)
+                    }
+                    _ => return,
+                }
+            }
+        };
+        // On the power grid with the lag that says so, the moment is a tick: snap to it.
+        let (x, t_err) = match self.snap_to_tick(x) {
+            Some(tick) if self.schedule.on_ticks && self.schedule.lag_known => {
+                (tick.t, tick.t_err + 0.0002)
+            }
+            _ => (x, t_err),
+        };
+        if x <= prev.t + 1e-6 {
+            return;
+        }
+        let dt = x - prev.t;
+        let (pred, _) = self.model(prev.t, x, None);
+        let ceiling = self.power_ceiling() * dt * 1.5 + 5.0 + 2.0 * self.resolution_j;
+        let moved = scaled - prev.joules;
+        let (joules, offset_sigma) = if moved < -self.resolution_j || moved > ceiling {
+            // A reset, a counter going backwards, or a jump the board cannot draw: a new epoch,
+            // joined to the last by the power model over the interval.
+            let sigma = self.model_sigma(prev.t, x);
+            (
+                prev.joules + pred,
+                (prev.offset_sigma.powi(2) + sigma.powi(2)).sqrt(),
+            )
+        } else {
+            (scaled.max(prev.joules), prev.offset_sigma)
+        };
+        if check && offset_sigma == prev.offset_sigma {
+            self.self_check(prev, x, joules - prev.joules, pred);
+        }
+        self.anchors.push_back(Anchor {
+            t: x,
+            joules,
+            t_err,
+            offset_sigma,
+            raw: value,
+            read_at: r.after,
+        });
+    }
+
+    /// The counter's range at `x` (J, on the track's scale) that the model allows after anchor
+    /// `prev`: its energy up to a window edge later than the last reading, and anything the
+    /// board can draw past that edge (no reading has seen the load there).
+    pub(super) fn allowed_range(&self, prev: Anchor, x: f64) -> (f64, f64) {
+        let until = self.unseen_edge(x).map_or(x, |h| h.max(prev.t));
+        let base = prev.joules + self.model(prev.t, until, None).0;
+        let unseen = x - until;
+        let (lo_w, hi_w) = (self.power_floor().max(0.0), self.power_ceiling());
+        (base + unseen * lo_w, base + unseen * hi_w)
+    }
+
+    /// The first window edge after the last power reading and before `t`: the load may have
+    /// stepped there to a level no reading has seen.
+    pub(super) fn unseen_edge(&self, t: f64) -> Option<f64> {
+        let seen = self.ticks.back()?.t;
+        let i = self.hints.partition_point(|&h| h <= seen);
+        self.hints.get(i).copied().filter(|&h| h < t)
+    }
+
+    /// The tick within a quarter period of `x`, if any.
+    pub(super) fn snap_to_tick(&self, x: f64) -> Option<Tick> {
+        let i = self.ticks.partition_point(|k| k.t < x);
+        [i.checked_sub(1), Some(i)]
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.ticks.get(k).copied())
+            .filter(|k| (k.t - x).abs() < self.period / 4.0)
+            .min_by(|a, b| (a.t - x).abs().total_cmp(&(b.t - x).abs()))
+    }
+}
+
+/// Whether the schedule moved enough that reads must be attributed again.
+pub(super) fn schedule_moved(a: &Schedule, b: &Schedule) -> bool {
+    let d = (a.grid.phase - b.grid.phase).rem_euclid(b.grid.period);
+    let phase = d.min(b.grid.period - d);
+    a.fitted != b.fitted
+        || (a.grid.period - b.grid.period).abs() > 1e-9
+        || phase > 0.0005
+        || (a.lag - b.lag).abs() > 0.0005
+}
+
+/// Whether the schedule changed enough that the self-check's residuals describe another model:
+/// the first fit, a new grid period, the lag measured at last or moved beyond its error.
+pub(super) fn schedule_changed_model(a: &Schedule, b: &Schedule) -> bool {
+    a.fitted != b.fitted
+        || (a.grid.period - b.grid.period).abs() > 1e-9
+        || a.lag_known != b.lag_known
+        || (a.lag - b.lag).abs() > b.lag_err.max(0.005)
+}
