@@ -136,16 +136,21 @@ def test_cached_window_energy_is_within_3_percent_short_and_1_percent_long(h100,
     rule, or (a sampler starved by a busy machine) within the bound it reports."""
     warnings.simplefilter("ignore")  # short windows warn once; not what this checks
     monitor = ZeusMonitor(reads="cached")
-    time.sleep(0.35)  # the sampler's first counter anchor
-    for gap, length, exact in windows:
-        time.sleep(gap)
-        got, truth, bound = _busy_window(monitor, length, exact)
-        rule = 0.01 if length >= 1.0 else 0.03
-        # Timer slack on a loaded machine moves the true edges by up to a few ms; allow that.
-        slack = 0.004 * zeus.device.sim.steady_state(0)[1]
-        err = abs(got - truth)
-        # A ~95% bound: 1.5x it is a 3-sigma miss.
-        assert err <= rule * truth + slack or err <= 1.5 * bound, (length, got, truth, bound)
+    try:
+        time.sleep(0.35)  # the sampler's first counter anchor
+        for gap, length, exact in windows:
+            time.sleep(gap)
+            got, truth, bound = _busy_window(monitor, length, exact)
+            rule = 0.01 if length >= 1.0 else 0.03
+            # Timer slack on a loaded machine moves the true edges by up to a few ms; allow it.
+            slack = 0.004 * zeus.device.sim.steady_state(0)[1]
+            err = abs(got - truth)
+            # A ~95% bound: 1.5x it is a 3-sigma miss.
+            assert err <= rule * truth + slack or err <= 1.5 * bound, (length, got, truth, bound)
+    finally:
+        # A failure's traceback keeps this frame: without the monitor in it, the sampler
+        # thread stops as it should, and the lifetime tests after this one see no leftover.
+        del monitor
 
 
 def test_direct_reads_on_the_calibrated_gpu_are_stale_as_on_real_hardware(h100):
