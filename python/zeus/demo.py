@@ -140,7 +140,7 @@ def _power_limit_optimizer(console: Console) -> None:
     # step costs nothing to run, so steps can last as long as real ones and a profiling window
     # span 50 updates of the energy counter (every 0.1 s); on the real clock the demo stays
     # short.
-    virtual = gpus.backend == "sim" and zeus.device.sim.is_virtual_clock()
+    virtual = gpus.virtual_clock
     step_work, profile_steps = (0.25, 20) if virtual else (0.02, 6)
     if virtual:
         console.print(
@@ -221,9 +221,8 @@ def _main(argv: list[str]) -> int:
     _monitored_workload(console, args.seconds, args.plot)
     if args.skip_optimizer:
         return 0
-    import zeus.device.sim
-
-    if get_gpus().backend == "sim" and not zeus.device.sim.is_virtual_clock():
+    gpus = get_gpus()
+    if gpus.backend == "sim" and not gpus.virtual_clock:
         return _power_limit_optimizer_on_virtual_clock(console)
     _power_limit_optimizer(console)
     return 0
