@@ -159,9 +159,14 @@ impl PySimGpu {
         self.gpu.busy_steady_state()
     }
 
-    /// The model's exact energy so far, J (ground truth for tests; no counter rounding).
-    fn true_energy(&self) -> f64 {
-        self.gpu.true_energy_j()
+    /// The model's exact energy so far, J (ground truth for tests; no counter rounding), or up
+    /// to the moment `at` (the clock's seconds) where the device still remembers it.
+    #[pyo3(signature = (at = None))]
+    fn true_energy(&self, at: Option<f64>) -> f64 {
+        match at {
+            Some(t) => self.gpu.true_energy_at(t),
+            None => self.gpu.true_energy_j(),
+        }
     }
 
     /// The model's power right now, W, without reading noise.

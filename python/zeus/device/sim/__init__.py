@@ -145,9 +145,14 @@ def steady_state(index: int = 0) -> tuple[float, float]:
     return _cluster().gpu(index).steady_state()
 
 
-def true_energy(index: int = 0) -> float:
-    """The model's exact energy so far in joules (ground truth, unrounded)."""
-    return _cluster().gpu(index).true_energy()
+def true_energy(index: int = 0, at: float | None = None) -> float:
+    """The model's exact energy in joules (ground truth, unrounded).
+
+    So far, or up to the moment `at` (seconds on the simulator's clock, which on the real clock is `time.time()`: the same
+    as `ZeusMonitor`'s window times). Only a real-fidelity device remembers its past (its last
+    seconds); elsewhere a past `at` is answered from the current stretch of load alone.
+    """
+    return _cluster().gpu(index).true_energy(at)
 
 
 def true_power(index: int = 0) -> float:
