@@ -148,9 +148,10 @@ def steady_state(index: int = 0) -> tuple[float, float]:
 def true_energy(index: int = 0, at: float | None = None) -> float:
     """The model's exact energy in joules (ground truth, unrounded).
 
-    So far, or up to the moment `at` (seconds on the simulator's clock, which on the real clock is `time.time()`: the same
-    as `ZeusMonitor`'s window times). Only a real-fidelity device remembers its past (its last
-    seconds); elsewhere a past `at` is answered from the current stretch of load alone.
+    So far, or up to the moment `at` (seconds on the simulator's clock, which on the real clock
+    is `time.time()`: the same as `ZeusMonitor`'s window times). Only a real-fidelity device
+    remembers its past (its last seconds); elsewhere a past `at` is answered from the current
+    stretch of load alone.
     """
     return _cluster().gpu(index).true_energy(at)
 
