@@ -216,6 +216,8 @@ pub struct LagFit {
     pub scores: Vec<f64>,
     /// The shortest lag tried (s).
     pub lag_min: f64,
+    /// The score differences the readings' noise alone makes between lags.
+    pub floor: f64,
 }
 
 impl LagFit {
@@ -224,7 +226,22 @@ impl LagFit {
     pub fn accepts(&self, lag: f64) -> bool {
         let best = self.scores.iter().copied().fold(f64::INFINITY, f64::min);
         let k = ((lag - self.lag_min) / 0.001).round().max(0.0) as usize;
-        self.scores.get(k).is_some_and(|&s| s <= best * 1.3 + 1e-4)
+        self.scores
+            .get(k)
+            .is_some_and(|&s| s <= best * 1.3 + self.floor)
+    }
+
+    /// Whether the data speak clearly against `lag`: it fits several times worse than the best
+    /// lag, by more than a load moving between readings blurs every fit (a lag outside the
+    /// searched range is not judged).
+    pub fn rejects(&self, lag: f64) -> bool {
+        let best = self.scores.iter().copied().fold(f64::INFINITY, f64::min);
+        let k = ((lag - self.lag_min) / 0.001).round();
+        k >= 0.0
+            && self
+                .scores
+                .get(k as usize)
+                .is_some_and(|&s| s > 3.0 * best + 0.01)
     }
 }
 
@@ -240,6 +257,9 @@ pub struct LagRead {
 /// `integral(a, b)`, the power model's energy over `[a, b]` (not finite where the model does not
 /// know it).
 ///
+/// `noise` is the power readings' relative noise (amplitude): a pair's prediction is off by
+/// about that much at the right lag, so scores closer than its square tell no lag from another.
+///
 /// The lag is measured against `grid` as fitted, which places publishes by the reads'
 /// midpoints; where within its 3.5-6 ms a read takes the value is the driver's business, so the
 /// fitted grid may sit a few milliseconds off the board's publishes either way, and the lag
@@ -248,6 +268,7 @@ pub fn fit_lag(
     reads: &[LagRead],
     grid: &Grid,
     (lag_min, lag_max): (f64, f64),
+    noise: f64,
     integral: &dyn Fn(f64, f64) -> f64,
 ) -> Option<LagFit> {
     if reads.len() < 4 {
@@ -320,7 +341,8 @@ pub fn fit_lag(
     // And only where the model predicts the counter well at the best lag (a mean squared
     // relative miss under 2%): a load that moves between readings makes every lag fit badly,
     // and the best of bad fits says nothing about the board.
-    let informative = worst > sbest * 2.0 + 1e-4 && lag_err < 0.012 && sbest < 0.005;
+    let floor = noise.powi(2).max(1e-4);
+    let informative = worst > sbest * 2.0 + floor && lag_err < 0.012 && sbest < 0.005;
     let interior_best = scores[..n.saturating_sub(20)]
         .iter()
         .copied()
@@ -333,6 +355,7 @@ pub fn fit_lag(
         informative,
         scores,
         lag_min,
+        floor,
     })
 }
 
@@ -413,7 +436,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let fit = fit_lag(&reads, &grid, (-0.005, 0.1), &integral).unwrap();
+            let fit = fit_lag(&reads, &grid, (-0.005, 0.1), 0.0, &integral).unwrap();
             assert!(fit.informative);
             assert!(
                 (fit.lag - true_lag).abs() <= fit.lag_err + 0.001 && fit.lag_err < 0.01,
@@ -433,7 +456,7 @@ mod tests {
                 }
             })
             .collect();
-        let fit = fit_lag(&reads, &grid, (-0.005, 0.1), &flat).unwrap();
+        let fit = fit_lag(&reads, &grid, (-0.005, 0.1), 0.0, &flat).unwrap();
         assert!(!fit.informative, "{fit:?}");
     }
 }

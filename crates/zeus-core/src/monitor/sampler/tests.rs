@@ -552,13 +552,30 @@ pub(super) fn measure(
                     ee.joules - e_e, ee.sigma,
                     at_end.bound, t.tau, t.steps(), t.schedule().lag_known, t.mode()
                 );
+                if std::env::var("DEBUG_BEGIN").is_ok() {
+                    let s = t.schedule();
+                    eprintln!("   lag {:?} lag_err {:.4} grid {:?}", s.lag, s.lag_err, s.grid);
+                    for a in t.anchors().iter().filter(|a| (a.t - b).abs() < 0.06) {
+                        eprintln!(
+                            "    anchor {:+.4} err {:+.2} t_err {:.4} read_at {:+.4}",
+                            a.t - b,
+                            a.joules - h.dev.true_energy_at(a.t),
+                            a.t_err,
+                            a.read_at - b
+                        );
+                    }
+                    for k in t.ticks().iter().filter(|k| (k.t - b).abs() < 0.06) {
+                        eprintln!("    tick {:+.4} {:?} true power {:.0}", k.t - b, k, (h.dev.true_energy_at(k.t) - h.dev.true_energy_at(k.t - 0.001)) / 0.001);
+                    }
+                }
             });
         }
         if std::env::var("DEBUG_LAG").is_ok() {
             h.w[0].with_track(|t| {
                 let s = t.schedule();
                 eprintln!(
-                    "  lagknown {} fitted {} lag_err {:.3} bound {:.4} avg {:?} {:?}",
+                    "  lag {:.4} lagknown {} fitted {} lag_err {:.3} bound {:.4} avg {:?} {:?}",
+                    s.lag,
                     s.lag_known,
                     s.fitted,
                     s.lag_err,
@@ -1447,7 +1464,7 @@ fn a_load_moving_inside_windows_is_measured_better_than_direct_reads() {
                 a.mae, d.mae, a.covered, a.median_bound
             );
             assert!(a.mae <= d.mae, "{what}: MAE {} vs direct {}", a.mae, d.mae);
-            assert!(a.covered >= 0.9, "{what}: bounds cover {}", a.covered);
+            assert!(a.covered >= 0.95, "{what}: bounds cover {}", a.covered);
         }
     }
 }
@@ -1647,4 +1664,55 @@ fn diagnose_run_windows() {
             100.0 * (settled - truth) / truth
         );
     }
+}
+
+#[test]
+#[ignore]
+fn diagnose_random_load() {
+    // The sequence of `a_load_moving_inside_windows_is_measured_better_than_direct_reads`
+    // (seed 21), boards and windows alike; only windows of `LEN` on random boards are measured.
+    let len: f64 = std::env::var("LEN").map_or(1.0, |v| v.parse().unwrap());
+    let mut rng = Pcg64::seed_from_u64(std::env::var("SEED").map_or(21, |v| v.parse().unwrap()));
+    let (mut all, mut direct) = (Vec::new(), Vec::new());
+    for random_boards in [false, true] {
+        for l in [0.2, 0.5, 1.0, 2.0] {
+            for case in 0..16 {
+                let spec = if random_boards {
+                    BoardSpec::random(&mut rng)
+                } else {
+                    BoardSpec::h100()
+                };
+                let windows: Vec<(f64, f64)> =
+                    (0..10).map(|_| (rng.random_range(0.0..0.5), l)).collect();
+                if !random_boards
+                    || l != len
+                    || std::env::var("CASE").is_ok_and(|c| c.parse::<u64>().unwrap() != case)
+                {
+                    continue;
+                }
+                let mut h = Harness::new(spec, 300 + case, false);
+                let mut v = Vec::new();
+                for o in measure(&mut h, &windows, LoadPattern::Random(0.08)) {
+                    v.push((o.truth, o.at_end.joules, o.at_end.bound));
+                    direct.push((o.truth, o.direct, 0.0));
+                }
+                let s = stats(&v);
+                let misses: Vec<String> = v
+                    .iter()
+                    .filter(|(t, e, b)| (e - t).abs() > *b)
+                    .map(|(t, e, b)| format!("{:+.1}/{:.1}", e - t, b))
+                    .collect();
+                eprintln!(
+                    "case {case}: mae {:.4} cover {:.2} mb {:.3} {:?} misses {misses:?}",
+                    s.mae, s.covered, s.median_bound, spec
+                );
+                all.extend(v);
+            }
+        }
+    }
+    let (a, d) = (stats(&all), stats(&direct));
+    eprintln!(
+        "ALL: mae {:.4} (direct {:.4}) cover {:.3} median bound {:.4}",
+        a.mae, d.mae, a.covered, a.median_bound
+    );
 }

@@ -65,14 +65,15 @@ impl Track {
             // load, the settled value is as good as the step is placed, which the learned
             // extrapolation errors already hold; a load that moves within a couple of
             // intervals is another matter.
-            let shape = if self.steps() && !self.moves_within_intervals() {
-                0.0
-            } else {
-                // A load that moves within the interval is unknown past the last reading as a
-                // random walk of its variance over its correlation time.
-                let walk = (2.0 * self.load_var * self.tau.min(u) * u).sqrt();
-                (self.residual_scale(hinted) * interval * std::f64::consts::FRAC_PI_4).max(walk)
-            };
+            let shape =
+                if self.steps() && !self.moves_within_intervals() && self.edges_explain_load() {
+                    0.0
+                } else {
+                    // A load that moves within the interval is unknown past the last reading as a
+                    // random walk of its variance over its correlation time.
+                    let walk = (2.0 * self.load_var * self.tau.min(u) * u).sqrt();
+                    (self.residual_scale(hinted) * interval * std::f64::consts::FRAC_PI_4).max(walk)
+                };
             let ex = self.extrapolation_sigma(u, t);
             return Some(Edge {
                 joules: a.joules + e,
@@ -228,7 +229,7 @@ impl Track {
             // Before the board has shown how well it extrapolates: where window edges step the
             // load, twice the model's error over a counter interval; else the spread of the
             // recent power, or 10%.
-            None if self.steps() && !self.moves_within_intervals() => {
+            None if self.steps() && !self.moves_within_intervals() && self.edges_explain_load() => {
                 (2.0 * self.residual_scale(false)).max(0.02)
             }
             None => self.power_spread().max(0.1),

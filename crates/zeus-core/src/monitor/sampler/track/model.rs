@@ -221,6 +221,36 @@ impl Track {
         }
     }
 
+    /// Whether the load's moves are window edges' doing: of how far the recent readings moved
+    /// from one to the next (beyond their noise), at least half is across window edges. A load
+    /// that moves on its own (inference serving, a data loader that stalls) moves anywhere,
+    /// and the edges' share of its moves is their share of the time.
+    pub(super) fn edges_explain_load(&self) -> bool {
+        let n = self.ticks.len();
+        if n < 3 {
+            return true;
+        }
+        let k0 = n.saturating_sub(64);
+        let (mut all, mut at_edges) = (0.0, 0.0);
+        let mut h = self.hints.partition_point(|&h| h <= self.ticks[k0].t);
+        for k in k0 + 1..n {
+            let (t0, t1) = (self.ticks[k - 1].t, self.ticks[k].t);
+            let noise = self.noise * self.tick_power(k);
+            let moved =
+                ((self.tick_power(k) - self.tick_power(k - 1)).powi(2) - noise.powi(2)).max(0.0);
+            all += moved;
+            let mut across = false;
+            while self.hints.get(h).is_some_and(|&x| x <= t1) {
+                across |= self.hints[h] > t0;
+                h += 1;
+            }
+            if across {
+                at_edges += moved;
+            }
+        }
+        all <= 1e-9 || at_edges >= 0.5 * all
+    }
+
     /// Integral of the power model over `[a, b]` (J), free parts at `level` if given (else
     /// at their guesses), and the weight of the free parts in `[a, b]` (s).
     pub(super) fn model(&self, a: f64, b: f64, level: Option<f64>) -> (f64, f64) {

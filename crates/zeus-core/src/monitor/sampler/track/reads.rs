@@ -180,7 +180,9 @@ impl Track {
             // Lagging averages carry no timing the counter's own means lack: the lag can only
             // be told from window edges where the load stepped (see `lag_from_steps`).
             self.fit_averaging();
-            if let Some((lag, err)) = self.lag_from_steps() {
+            // Edges that agree to within 10 ms: where the load does not step at them (it moves
+            // on its own), the counter's steps fall anywhere and the lag stays unknown.
+            if let Some((lag, err)) = self.lag_from_steps().filter(|&(_, e)| e < 0.01) {
                 self.schedule.lag = lag;
                 self.schedule.lag_err = err;
                 self.schedule.lag_known = true;
@@ -208,13 +210,19 @@ impl Track {
         // Stretches the model only guesses at would pull the lag to wherever it hides the
         // guess's miss: pairs of reads across them say nothing about the lag.
         let unknown = self.unknown_stretches();
-        let fitted = fit::fit_lag(&reads[from..], &grid, (LAG_MIN, LAG_MAX), &|a, b| {
-            if unknown.iter().any(|&(x, y)| x < b && y > a) {
-                f64::NAN
-            } else {
-                self.model(a, b, None).0
-            }
-        });
+        let fitted = fit::fit_lag(
+            &reads[from..],
+            &grid,
+            (LAG_MIN, LAG_MAX),
+            self.noise,
+            &|a, b| {
+                if unknown.iter().any(|&(x, y)| x < b && y > a) {
+                    f64::NAN
+                } else {
+                    self.model(a, b, None).0
+                }
+            },
+        );
         let edges_seen = reads
             .get(from)
             .is_some_and(|r0| self.hints.iter().any(|&h| h > r0.before));
@@ -270,15 +278,34 @@ impl Track {
                 self.schedule.lag_beyond_range = l.beyond_range;
             } else if let Some((lag, err)) = self
                 .lag_from_steps()
-                .filter(|&(lag, e)| e < 0.01 && lag < STEP_LAG_MAX)
+                .filter(|&(lag, e)| e < 0.01 && lag < STEP_LAG_MAX && !l.rejects(lag))
             {
                 // The model cannot tell the lag (sparse power samples, a load that moves between
-                // them), but the counter's steps across the window edges can.
+                // them), but the counter's steps across the window edges can. Unless the model,
+                // however blurred, still speaks clearly against it: window edges where the load
+                // did not step (it moves on its own) put the counter's steps anywhere.
                 self.schedule.lag = lag;
                 self.schedule.lag_err = err;
                 self.schedule.lag_known = true;
                 self.schedule.lag_beyond_range = false;
                 self.lag_misfits = 0;
+            } else if l.rejects(self.schedule.lag)
+                && l.lag_err < 0.012
+                && best < 0.2
+                && (!on_grid || !off_family || l.accepts(family))
+            {
+                // A load that moves between readings blurs every lag's fit, but this one still
+                // speaks clearly against the lag in use and for a narrow range of its own (on
+                // the power grid, one of the grid's family): the lag in use is wrong, the fit's
+                // is the best word there is.
+                self.schedule.lag = if on_grid && l.accepts(family) {
+                    family
+                } else {
+                    l.lag
+                };
+                self.schedule.lag_err = l.lag_err.max(0.003);
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = false;
             } else if self.lag_misfits >= 3 {
                 self.schedule.lag_beyond_range = true;
             } else if !self.schedule.lag_known {
