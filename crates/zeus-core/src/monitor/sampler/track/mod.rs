@@ -272,6 +272,9 @@ pub struct Track {
     pub(super) level_guess: f64,
     /// The load's recent variance beyond the readings' noise (W²).
     load_var: f64,
+    /// Whether the readings' recent moves are mostly across window edges (the load steps
+    /// there), updated with each reading.
+    edges_explain: bool,
     /// Extrapolated window ends waiting for the counter: (time, estimate J, seconds past the
     /// last anchor, power scale W).
     pending_ends: VecDeque<(f64, f64, f64, f64)>,
@@ -389,6 +392,7 @@ impl Track {
             tau: f64::INFINITY,
             level_guess: 0.0,
             load_var: 0.0,
+            edges_explain: true,
             pending_ends: VecDeque::new(),
             end_errors: VecDeque::new(),
             noise: 0.01,

@@ -221,11 +221,17 @@ impl Track {
         }
     }
 
-    /// Whether the load's moves are window edges' doing: of how far the recent readings moved
-    /// from one to the next (beyond their noise), at least half is across window edges. A load
-    /// that moves on its own (inference serving, a data loader that stalls) moves anywhere,
-    /// and the edges' share of its moves is their share of the time.
+    /// Whether the load's moves are window edges' doing (as of the last reading; see
+    /// [`Self::learn_load`]).
     pub(super) fn edges_explain_load(&self) -> bool {
+        self.edges_explain
+    }
+
+    /// Of how far the recent readings moved from one to the next (beyond their noise), whether
+    /// at least half is across window edges. A load that moves on its own (inference serving,
+    /// a data loader that stalls) moves anywhere, and the edges' share of its moves is their
+    /// share of the time.
+    fn moves_at_edges(&self) -> bool {
         let n = self.ticks.len();
         if n < 3 {
             return true;
@@ -338,6 +344,9 @@ impl Track {
 
     /// Update the load's correlation time and level from the recent readings.
     pub(super) fn learn_load(&mut self) {
+        // Here, once per reading, rather than at every window edge that asks: on boards with
+        // lagging averages each reading's power is a search among the anchors.
+        self.edges_explain = self.moves_at_edges();
         let n = self.ticks.len();
         if n < 12 {
             return;
