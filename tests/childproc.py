@@ -1,9 +1,11 @@
-"""Child processes of tests: Python snippets run in a fresh interpreter, and finishing a child
-whose stdout a test has already read from."""
+"""Child processes of tests: Python snippets run in a fresh interpreter, finishing a child
+whose stdout a test has already read from, and the address a `zeus-monitor serve` child
+listens on."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -55,6 +57,23 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[str, str
         for reader in readers:
             reader.join(timeout=timeout)
     return texts.get("out", ""), texts.get("err", "")
+
+
+def served_address(proc: subprocess.Popen[str]) -> str:
+    """The `host:port` a `zeus-monitor serve` child says it serves its metrics on.
+
+    Reads the child's stderr up to the line with its `http://HOST:PORT/metrics` address; notes
+    (no RAPL here, say) may come before it. Fails the test, with the lines read, if stderr
+    ends first (the child died).
+    """
+    assert proc.stderr is not None
+    seen: list[str] = []
+    m = None
+    while m is None and (line := proc.stderr.readline()):
+        seen.append(line)
+        m = re.search(r"http://(\S+)/metrics", line)
+    assert m, seen
+    return m.group(1)
 
 
 def python_child(

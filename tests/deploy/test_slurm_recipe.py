@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from childproc import served_address
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = REPO / "examples" / "slurm"
@@ -48,13 +49,7 @@ def test_prolog_and_epilog_record_the_jobs_gpu_energy(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        base = ""
-        for line in proc.stderr:
-            if "http://" in line:
-                base = "http://" + line.split("http://")[1].split("/metrics")[0]
-                break
-        assert base, "the exporter printed no address"
+        base = f"http://{served_address(proc)}"
         deadline = time.monotonic() + 20
         while len(_energies(base)) < 3:
             assert time.monotonic() < deadline, "no energy from the exporter"

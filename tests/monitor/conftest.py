@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from childproc import finish
+from childproc import finish, served_address
 from local_api import LocalApi
 
 BIN = Path(__file__).resolve().parents[2] / "python" / "zeus" / "_bin" / "zeus-monitor"
@@ -44,13 +43,7 @@ def exporter(tmp_path: Path) -> Iterator[str]:
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        seen, m = [], None
-        while m is None and (line := proc.stderr.readline()):
-            seen.append(line)
-            m = re.search(r"http://(\S+)/metrics", line)
-        assert m, seen
-        yield m.group(1)
+        yield served_address(proc)
         proc.terminate()
         _, err = finish(proc, timeout=20)
         assert proc.returncode == 0, err

@@ -19,14 +19,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from childproc import finish, run_python
+from childproc import finish, run_python, served_address
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 BIN = Path(__file__).resolve().parents[2] / "python" / "zeus" / "_bin" / "zeus-monitor"
 
-# The child's helpers: the library, the truth, the load, and windows whose load steps at their
-# edges (busy inside, idle between).
+# The child's helpers: the library, the truth, the load, a monitor that has seen a load step,
+# what the assertions read of a window, and windows whose load steps at their edges (busy
+# inside, idle between).
 PRELUDE = """
 import ctypes, json, os, time, warnings
 from zeus.monitor import ZeusMonitor
@@ -54,6 +55,17 @@ def fault(calls, after, seconds, error=b"GPU_IS_LOST"):
     assert lib.zeusSimInjectFault(0, CALLS[calls], ctypes.c_double(after),
                                   ctypes.c_double(seconds), code) == 0
 
+def calibrated_monitor():
+    # One load step before any window, for the sampler's calibration to see.
+    mon = ZeusMonitor(gpu_indices=[0], reads="cached")
+    busy(True); time.sleep(1.5); busy(False)
+    return mon
+
+def figures(m, true_energy):
+    # What the assertions read of a window: its measurement against the true energy.
+    return {"energy": m.gpu_energy[0], "bound": m.gpu_energy_uncertainty[0],
+            "method": m.gpu_energy_provenance[0].method, "truth": true_energy, "time": m.time}
+
 def window(mon, name, seconds, gap=0.3, exact=True):
     # exact=True: the end waits for the counter's next update, so both edges are settled
     # between counter values (the figures the Rust sampler tests hold windows to).
@@ -70,13 +82,7 @@ def window(mon, name, seconds, gap=0.3, exact=True):
     time.sleep(seconds)
     busy(False)
     m = mon.end_window(name, exact=exact)
-    return {
-        "energy": m.gpu_energy[0],
-        "bound": m.gpu_energy_uncertainty[0],
-        "method": m.gpu_energy_provenance[0].method,
-        "truth": truth_at(start + m.time) - e0,
-        "time": m.time,
-    }
+    return figures(m, truth_at(start + m.time) - e0)
 """
 
 
@@ -124,8 +130,7 @@ def assert_accurate(w: dict, what: str) -> None:
 
 FAULT_RUN = """
 calls, seconds = {calls!r}, {seconds!r}
-mon = ZeusMonitor(gpu_indices=[0], reads="cached")
-busy(True); time.sleep(1.5); busy(False)    # calibration sees the load step
+mon = calibrated_monitor()
 time.sleep(0.3)
 # A window that spans the fault (it starts 0.4 s into the window).
 t0 = truth()
@@ -134,8 +139,7 @@ busy(True)
 fault(calls, 0.4, seconds)
 time.sleep(0.4 + seconds + 0.5)
 m = mon.end_window("span")
-span = {{"energy": m.gpu_energy[0], "bound": m.gpu_energy_uncertainty[0],
-        "method": m.gpu_energy_provenance[0].method, "truth": truth() - t0, "time": m.time}}
+span = figures(m, truth() - t0)
 busy(False)
 after = [window(mon, f"after{{k}}", s) for k, s in enumerate((0.5, 1.2, 1.2))]
 print(json.dumps({{"span": span, "after": after}}))
@@ -177,8 +181,7 @@ def test_a_ten_second_fault_of_every_call(fake_nvml_lib: Path) -> None:
 
 
 ENDS_IN_FAULT = """
-mon = ZeusMonitor(gpu_indices=[0], reads="cached")
-busy(True); time.sleep(1.5); busy(False)
+mon = calibrated_monitor()
 time.sleep(0.3)
 t0 = truth()
 mon.begin_window("w")
@@ -187,8 +190,7 @@ time.sleep(0.6)
 fault("all", 0.0, 1.5)
 time.sleep(0.5)          # the window ends inside the fault: no reading saw its end
 m = mon.end_window("w")
-w = {"energy": m.gpu_energy[0], "bound": m.gpu_energy_uncertainty[0],
-     "method": m.gpu_energy_provenance[0].method, "truth": truth() - t0, "time": m.time}
+w = figures(m, truth() - t0)
 busy(False)
 print(json.dumps(w))
 """
@@ -226,8 +228,7 @@ def test_a_gpu_that_stays_gone_makes_end_window_raise_naming_it(fake_nvml_lib: P
 
 
 RESET = """
-mon = ZeusMonitor(gpu_indices=[0], reads="cached")
-busy(True); time.sleep(1.5); busy(False)
+mon = calibrated_monitor()
 time.sleep(0.3)
 t0 = truth()
 mon.begin_window("w")
@@ -236,8 +237,7 @@ time.sleep(0.7)
 assert lib.zeusSimResetCounter(0) == 0
 time.sleep(0.8)
 m = mon.end_window("w")
-w = {"energy": m.gpu_energy[0], "bound": m.gpu_energy_uncertainty[0],
-     "method": m.gpu_energy_provenance[0].method, "truth": truth() - t0, "time": m.time}
+w = figures(m, truth() - t0)
 busy(False)
 later = window(mon, "later", 1.2)
 print(json.dumps({"w": w, "later": later}))
@@ -282,8 +282,7 @@ def test_a_board_outside_the_calibration_switches_to_direct_reads_and_says_so_on
 
 
 RANDOM_BOARD = """
-mon = ZeusMonitor(gpu_indices=[0], reads="cached")
-busy(True); time.sleep(1.5); busy(False)
+mon = calibrated_monitor()
 out = [window(mon, f"w{k}", s) for k, s in enumerate((0.5, 1.2, 0.3, 1.5, 0.8, 1.0))]
 print(json.dumps(out))
 """
@@ -369,14 +368,7 @@ def test_the_exporter_tracks_again_after_a_fault(fake_nvml_lib: Path, tmp_path: 
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        m = None
-        seen = []
-        while m is None and (line := proc.stderr.readline()):
-            seen.append(line)
-            m = re.search(r"http://(\S+)/metrics", line)
-        assert m, seen
-        base = f"http://{m.group(1)}"
+        base = f"http://{served_address(proc)}"
         # This process shares the exporter's simulated GPU through the same file.
         truth = run_python(
             """
@@ -445,12 +437,7 @@ def test_the_exporter_gauges_the_self_check(fake_nvml_lib: Path, tmp_path: Path)
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        m = None
-        while m is None and (line := proc.stderr.readline()):
-            m = re.search(r"http://(\S+)/metrics", line)
-        assert m
-        base = f"http://{m.group(1)}"
+        base = f"http://{served_address(proc)}"
         deadline = time.monotonic() + 20
         body = _scrape(base)
         while "zeus_gpu_energy_selfcheck_residual_ratio{" not in body:

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from childproc import finish
+from childproc import finish, served_address
 
 BIN = Path(__file__).resolve().parents[2] / "python" / "zeus" / "_bin" / "zeus-monitor"
 
@@ -45,15 +45,7 @@ def test_serve_starts_answers_and_stops(bundled: Path, tmp_path: Path):
         text=True,
     )
     try:
-        assert proc.stderr is not None
-        # Notes (no RAPL here, say) may come before the line with the address.
-        seen = []
-        m = None
-        while m is None and (line := proc.stderr.readline()):
-            seen.append(line)
-            m = re.search(r"http://(\S+)/metrics", line)
-        assert m, seen
-        base = f"http://{m.group(1)}"
+        base = f"http://{served_address(proc)}"
         with urllib.request.urlopen(f"{base}/healthz", timeout=10) as r:
             assert (r.status, r.read()) == (200, b"ok")
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:

@@ -115,6 +115,38 @@ def _run_client(tmp_path: Path, code: str, **env: str) -> dict[str, Any]:
     return dict(json.loads(results[-1]))
 
 
+def _start_client(
+    tmp_path: Path, code: str, stderr: Any = None, **env: str
+) -> subprocess.Popen[str]:
+    """Start client code with piped stdin and stdout (`stderr`: as `subprocess.Popen` takes it).
+
+    For clients the test talks to while they run; `_run_client` is for those it only waits for.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
+        env=_client_env(tmp_path, **env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def _first_result(proc: subprocess.Popen[str]) -> tuple[Optional[dict[str, Any]], list[str]]:
+    """Read `proc`'s stdout up to its first result: that result and every line read.
+
+    zeus logs to stdout, so the result need not be the first line. The result is None when
+    stdout ended first (the child died); the caller's assertion says what it knows of why.
+    """
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # pytest-timeout bounds a client that hangs before reporting
+        seen.append(line)
+        if line.startswith("RESULT "):
+            return dict(json.loads(line[7:])), seen
+    return None, seen
+
+
 @contextmanager
 def _held_client(tmp_path: Path, code: str, **env: str) -> Iterator[dict[str, Any]]:
     """Run client code and keep its process alive while the with-block reads the daemon.
@@ -125,21 +157,13 @@ def _held_client(tmp_path: Path, code: str, **env: str) -> Iterator[dict[str, An
     """
     stderr = tmp_path / "client-stderr.txt"
     with stderr.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _PRELUDE + textwrap.dedent(code) + "\nsys.stdin.read()\n"],
-            env=_client_env(tmp_path, **env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
+        # Dedented before the flush-left line is added, which would leave it nothing to strip.
+        proc = _start_client(
+            tmp_path, textwrap.dedent(code) + "\nsys.stdin.read()\n", stderr=err, **env
         )
-    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdin is not None
     try:
-        result = None
-        for line in proc.stdout:  # pytest-timeout bounds a client that hangs before reporting
-            if line.startswith("RESULT "):
-                result = dict(json.loads(line[7:]))
-                break
+        result, _ = _first_result(proc)
         assert result is not None, (
             f"client printed no result (rc {proc.wait()}):\n{stderr.read_text()}"
         )
@@ -149,6 +173,18 @@ def _held_client(tmp_path: Path, code: str, **env: str) -> Iterator[dict[str, An
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def _client_process(tmp_path: Path, code: str, **env: str) -> Iterator[subprocess.Popen[str]]:
+    """`_start_client` with stderr piped too; kills the client at exit if it still runs."""
+    proc = _start_client(tmp_path, code, stderr=subprocess.PIPE, **env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
 
@@ -389,24 +425,10 @@ def test_power_limit_optimizer_runs_unprivileged(tmp_path: Path, zeusd_uds: Daem
         except Exception as e:
             fail(e)
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
-        env=_client_env(tmp_path, **zeusd_uds.env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        # zeus logs to stdout: skip to the first result (EOF if the child died).
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("RESULT "):
-                break
-        assert seen and seen[-1].startswith("RESULT "), "".join(seen)
-        first = json.loads(seen[-1][7:])
+    with _client_process(tmp_path, code, **zeusd_uds.env) as proc:
+        assert proc.stdin is not None
+        first, seen = _first_result(proc)
+        assert first is not None, "".join(seen)
         assert first.get("done"), first
         assert first["guard"] == "ZeusdSettingsGuard"
         optimal = first["optimal"]
@@ -415,10 +437,6 @@ def test_power_limit_optimizer_runs_unprivileged(tmp_path: Path, zeusd_uds: Daem
         proc.stdin.write("\n")
         proc.stdin.flush()
         out, err = childproc.finish(proc, timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     last = json.loads([ln for ln in out.splitlines() if ln.startswith("RESULT ")][-1][7:])
     assert last == {"closed": True, "active": False}, (last, err)
     # close() asked the daemon to put back the limit in force before the optimizer started.
@@ -458,23 +476,9 @@ def test_killed_optimizer_is_restored_by_the_daemon_within_a_second(
         except Exception as e:
             fail(e)
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
-        env=_client_env(tmp_path, **zeusd_uds.env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    try:
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("RESULT "):
-                break
-        assert seen and seen[-1].startswith("RESULT "), "".join(seen)
-        first = json.loads(seen[-1][7:])
+    with _client_process(tmp_path, code, **zeusd_uds.env) as proc:
+        first, seen = _first_result(proc)
+        assert first is not None, "".join(seen)
         assert first.get("done"), first
         optimal = first["optimal"]
         assert 100_000 <= optimal < 400_000, first
@@ -489,10 +493,6 @@ def test_killed_optimizer_is_restored_by_the_daemon_within_a_second(
                 f"limit still {zeusd_uds.power_limits()[0]} mW 1 s after SIGKILL"
             )
             time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert _client_journal(tmp_path) == []
 
 
@@ -692,20 +692,16 @@ def test_daemon_errors_raise_the_in_process_exceptions(tmp_path: Path) -> None:
     cannot be locked are `ZeusGPUNotSupportedError` (not an invalid argument), and a setting
     another live client holds is `ZeusdSettingHeldError`."""
     with running_zeusd(tmp_path, "A100,V100", "uds") as daemon:
-        holder = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys\n"
-                "from zeus.device.zeusd import ZeusdClient\n"
-                "ZeusdClient.from_env().set_power_limit([0], 200_000)\n"
-                "print('held', flush=True)\n"
-                "sys.stdin.readline()\n",
-            ],
-            env=_client_env(tmp_path, ZEUS_SIM_GPUS="A100,V100", **daemon.env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        holder = _start_client(
+            tmp_path,
+            """
+            from zeus.device.zeusd import ZeusdClient
+            ZeusdClient.from_env().set_power_limit([0], 200_000)
+            print('held', flush=True)
+            sys.stdin.readline()
+            """,
+            ZEUS_SIM_GPUS="A100,V100",
+            **daemon.env,
         )
         try:
             assert holder.stdout is not None
@@ -759,24 +755,19 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
 ) -> None:
     """A client's restore gives its hold back (`/gpu/release`) instead of writing the original,
     which the daemon would record as a new hold: others got 409 until the client exited."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys\n"
-            "from zeus.device import get_gpus\n"
-            "from zeus.device.settings import SettingsGuard\n"
-            "g = SettingsGuard(get_gpus())\n"
-            "g.set_power_limit(0, 200_000)\n"
-            "print('set', flush=True)\n"
-            "sys.stdin.readline()\n"
-            "print(g.restore(), flush=True)\n"
-            "sys.stdin.readline()\n",
-        ],
-        env=_client_env(tmp_path, **zeusd_uds.env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    holder = _start_client(
+        tmp_path,
+        """
+        from zeus.device import get_gpus
+        from zeus.device.settings import SettingsGuard
+        g = SettingsGuard(get_gpus())
+        g.set_power_limit(0, 200_000)
+        print('set', flush=True)
+        sys.stdin.readline()
+        print(g.restore(), flush=True)
+        sys.stdin.readline()
+        """,
+        **zeusd_uds.env,
     )
     try:
         assert holder.stdin is not None and holder.stdout is not None
@@ -799,20 +790,15 @@ def test_after_a_restore_another_client_can_set_a_new_value_at_once(
 
 def _job_holding_200_w(tmp_path: Path, daemon: Daemon) -> subprocess.Popen[str]:
     """A TCP client that has set GPU 0 to 200 W through `daemon` and waits on its stdin."""
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys\n"
-            "from zeus.device import get_gpus\n"
-            "get_gpus().set_power_management_limit(0, 200_000)\n"
-            "print('set', flush=True)\n"
-            "sys.stdin.readline()\n",
-        ],
-        env=_client_env(tmp_path, **daemon.env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    job = _start_client(
+        tmp_path,
+        """
+        from zeus.device import get_gpus
+        get_gpus().set_power_management_limit(0, 200_000)
+        print('set', flush=True)
+        sys.stdin.readline()
+        """,
+        **daemon.env,
     )
     assert job.stdout is not None
     if job.stdout.readline().strip() != "set":

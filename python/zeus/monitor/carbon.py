@@ -41,7 +41,7 @@ from zeus.util import http
 from zeus.util.framework import SyncWith
 
 # Defined with `get_ip_lat_long` (Zeus 0.16's `zeus.utils.lat_lon`), which raises it too.
-from zeus.util.lat_lon import ZeusCarbonIntensityHTTPError, get_ip_lat_long
+from zeus.util.lat_lon import ZeusCarbonIntensityHTTPError, check_location, get_ip_lat_long
 
 __all__ = [
     "CarbonEmissionMeasurement",
@@ -123,9 +123,7 @@ class ElectricityMapsClient(CarbonIntensityProvider):
         base_url: str = "https://api.electricitymap.org/v3",
         timeout: float = 10.0,
     ) -> None:
-        lat, lon = (float(x) for x in location)
-        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
-            raise ValueError(f"location={location!r}: expected (latitude, longitude) in degrees")
+        lat, lon = check_location(location)
         if emission_factor_type not in ("direct", "lifecycle"):
             raise ValueError(
                 f"emission_factor_type={emission_factor_type!r}: expected 'direct' or 'lifecycle'"

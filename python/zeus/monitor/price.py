@@ -42,6 +42,7 @@ from zeus.monitor.energy import Measurement
 from zeus.monitor.periods import PeriodWindows, charged_fields
 from zeus.util import http
 from zeus.util.framework import SyncWith
+from zeus.util.lat_lon import check_location
 
 __all__ = [
     "ElectricityPriceProvider",
@@ -148,9 +149,7 @@ class OpenEIClient(ElectricityPriceProvider):
         base_url: str = "https://api.openei.org",
         timeout: float = 30.0,
     ) -> None:
-        lat, lon = (float(x) for x in location)
-        if not (-90 <= lat <= 90 and -180 <= lon <= 180):
-            raise ValueError(f"location={location!r}: expected (latitude, longitude) in degrees")
+        lat, lon = check_location(location)
         if sector not in ("Residential", "Commercial", "Industrial", "Lighting"):
             raise ValueError(
                 f"sector={sector!r}: expected Residential, Commercial, Industrial or Lighting"

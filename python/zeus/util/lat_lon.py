@@ -2,7 +2,8 @@
 
 The location is what carbon intensity is looked up by (`zeus.monitor.carbon`), so a failure
 raises that module's `ZeusCarbonIntensityHTTPError`, which is defined here, below it, and
-re-exported there.
+re-exported there. `check_location` is the one check of a `location=` argument (the carbon
+and price clients').
 """
 
 from __future__ import annotations
@@ -19,6 +20,20 @@ class ZeusCarbonIntensityHTTPError(ZeusBaseError):
     Also raised when this machine's location, which the intensity is looked up by, cannot be
     had (`get_ip_lat_long`).
     """
+
+
+def check_location(location: tuple[float, float]) -> tuple[float, float]:
+    """`location` as `(latitude, longitude)` floats, checked to lie within the degree ranges.
+
+    Raises:
+        ValueError: a latitude outside [-90, 90] or a longitude outside [-180, 180] (the message
+            names the location); not a pair of numbers (as unpacking and `float` raise it).
+
+    """
+    lat, lon = (float(x) for x in location)
+    if not (-90 <= lat <= 90 and -180 <= lon <= 180):
+        raise ValueError(f"location={location!r}: expected (latitude, longitude) in degrees")
+    return lat, lon
 
 
 def get_ip_lat_long(

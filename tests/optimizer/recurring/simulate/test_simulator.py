@@ -215,15 +215,11 @@ def test_baseline_is_deterministic_and_exact(traces: Path) -> None:
 
 def test_cli_prints_one_json_object_and_writes_history(traces: Path, tmp_path: Path) -> None:
     out = tmp_path / "h.csv"
+    # The same trace and GPU for the run and for the refused one.
+    command = [sys.executable, "-m", "zeus.simulate", "--trace-dir", str(traces), "--gpu", "a40"]
     p = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "zeus.simulate",
-            "--trace-dir",
-            str(traces),
-            "--gpu",
-            "a40",
+            *command,
             "--workload",
             "squad",
             "--seed",
@@ -258,17 +254,7 @@ def test_cli_prints_one_json_object_and_writes_history(traces: Path, tmp_path: P
     assert {int(r["rec"]) for r in rows} == set(range(1, 31))
     assert sum(r["reached"] == "true" for r in rows) == 30
     bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "zeus.simulate",
-            "--trace-dir",
-            str(traces),
-            "--gpu",
-            "a40",
-            "--workload",
-            "mnist",
-        ],
+        [*command, "--workload", "mnist"],
         capture_output=True,
         text=True,
     )

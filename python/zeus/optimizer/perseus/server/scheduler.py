@@ -124,6 +124,12 @@ class FrequencyScheduler(ABC):
             out.append(FrequencySchedule(rank=info.rank, frequencies=[(n, f) for n in names]))
         return out
 
+    def _all_max_frequency(self, num_microbatches: int) -> list[FrequencySchedule]:
+        """Every instruction of every rank at that rank's highest frequency."""
+        return self._uniform(
+            num_microbatches, {i.rank: max(i.available_frequencies) for i in self.rank_infos}
+        )
+
 
 def make_3d_parallel(
     sched_cls: type[FrequencyScheduler], name: str | None = None
@@ -237,10 +243,7 @@ class AllMaxFrequency(FrequencyScheduler):
         super().__init__(job_info, rank_infos, perseus_settings)
 
     def _run(self) -> ScheduleGen:
-        yield self._uniform(
-            self.num_microbatches,
-            {i.rank: max(i.available_frequencies) for i in self.rank_infos},
-        )
+        yield self._all_max_frequency(self.num_microbatches)
 
 
 class PointSolution(FrequencyScheduler):
@@ -424,10 +427,7 @@ class InstructionProfiler(FrequencyScheduler):
 
     def _run(self) -> ScheduleGen:
         yield from self._profile()
-        yield self._uniform(
-            self.num_microbatches,
-            {i.rank: max(i.available_frequencies) for i in self.rank_infos},
-        )
+        yield self._all_max_frequency(self.num_microbatches)
 
 
 class EnergyOptimal(InstructionProfiler):
