@@ -1716,3 +1716,26 @@ fn diagnose_random_load() {
         a.mae, d.mae, a.covered, a.median_bound
     );
 }
+
+/// A load that stepped once and holds, with no window edges at all (the exporter and zeusd
+/// serving the counter at any moment): the energy now is extrapolated past the last anchor by
+/// the readings alone, and its bound stays at what that stretch can hold, not a random walk of
+/// the load's variance (the one step is all its variance).
+#[test]
+fn a_load_that_stepped_once_keeps_a_narrow_bound_between_anchors_without_window_edges() {
+    let mut h = Harness::new(BoardSpec::h100(), 7, false);
+    h.run_until(h.now() + 2.0);
+    h.dev.set_load(Load::Busy);
+    for k in 0..10 {
+        // Moments spread over the counter's period.
+        h.run_until(h.now() + 0.5 + 0.0137 * k as f64);
+        let now = h.now();
+        let edge = h.w[0].with_track(|t| t.edge(now)).expect("an estimate");
+        let power = h.dev.true_power_w();
+        assert!(
+            Z95 * edge.sigma < 0.02 * power,
+            "at {now}: bound {} J at {power} W",
+            Z95 * edge.sigma
+        );
+    }
+}

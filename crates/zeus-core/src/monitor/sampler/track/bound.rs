@@ -66,7 +66,7 @@ impl Track {
             // extrapolation errors already hold; a load that moves within a couple of
             // intervals is another matter.
             let shape =
-                if self.steps() && !self.moves_within_intervals() && self.edges_explain_load() {
+                if self.steps() && !self.moves_within_intervals() && !self.moves_on_its_own() {
                     0.0
                 } else {
                     // A load that moves within the interval is unknown past the last reading as a
@@ -229,7 +229,7 @@ impl Track {
             // Before the board has shown how well it extrapolates: where window edges step the
             // load, twice the model's error over a counter interval; else the spread of the
             // recent power, or 10%.
-            None if self.steps() && !self.moves_within_intervals() && self.edges_explain_load() => {
+            None if self.steps() && !self.moves_within_intervals() && !self.moves_on_its_own() => {
                 (2.0 * self.residual_scale(false)).max(0.02)
             }
             None => self.power_spread().max(0.1),

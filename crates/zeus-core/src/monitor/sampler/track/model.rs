@@ -221,10 +221,11 @@ impl Track {
         }
     }
 
-    /// Whether the load's moves are window edges' doing (as of the last reading; see
-    /// [`Self::learn_load`]).
-    pub(super) fn edges_explain_load(&self) -> bool {
-        self.edges_explain
+    /// Whether the load keeps moving, and not where window edges are (as of the last reading;
+    /// see [`Self::learn_load`]): then the stretch past the last reading is as unknown as a
+    /// random walk of the load. A load that stepped once, or holds, is not such a load.
+    pub(super) fn moves_on_its_own(&self) -> bool {
+        !self.edges_explain && self.tau.is_finite()
     }
 
     /// Of how far the recent readings moved from one to the next (beyond their noise), whether
