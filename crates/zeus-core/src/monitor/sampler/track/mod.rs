@@ -273,7 +273,7 @@ pub struct Track {
     /// The load's recent variance beyond the readings' noise (W²).
     load_var: f64,
     /// Whether the readings' recent moves are mostly across window edges (the load steps
-    /// there), updated with each reading.
+    /// there), learned with the load's other figures every few readings.
     edges_explain: bool,
     /// Extrapolated window ends waiting for the counter: (time, estimate J, seconds past the
     /// last anchor, power scale W).

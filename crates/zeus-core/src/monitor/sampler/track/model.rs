@@ -221,8 +221,8 @@ impl Track {
         }
     }
 
-    /// Whether the load keeps moving, and not where window edges are (as of the last reading;
-    /// see [`Self::learn_load`]): then the stretch past the last reading is as unknown as a
+    /// Whether the load keeps moving, and not where window edges are (as of the last
+    /// [`Self::learn_load`]): then the stretch past the last reading is as unknown as a
     /// random walk of the load. A load that stepped once, or holds, is not such a load.
     pub(super) fn moves_on_its_own(&self) -> bool {
         !self.edges_explain && self.tau.is_finite()
@@ -345,8 +345,8 @@ impl Track {
 
     /// Update the load's correlation time and level from the recent readings.
     pub(super) fn learn_load(&mut self) {
-        // Here, once per reading, rather than at every window edge that asks: on boards with
-        // lagging averages each reading's power is a search among the anchors.
+        // Here, every few readings on the sampler thread, rather than at every window edge that
+        // asks: on boards with lagging averages each reading's power is a search among anchors.
         self.edges_explain = self.moves_at_edges();
         let n = self.ticks.len();
         if n < 12 {
