@@ -197,3 +197,62 @@ def test_nvidia_smi_like_queries_succeed(fake_nvml_lib):
     assert h100["pcie"] == [5, 16] and a40["pcie"] == [4, 16]
     assert h100["enforced"] == 700_000 and h100["compute_mode"] == 0
     assert h100["fan"] == "not supported"
+
+
+SET_POWER_PROBE = """
+import ctypes, json, os
+lib = ctypes.CDLL(os.environ["ZEUS_NVML_LIB"])
+lib.zeusSimSetPower.argtypes = [ctypes.c_uint, ctypes.c_double]
+lib.zeusSimAdvance.argtypes = [ctypes.c_double]
+out = {"before_init": lib.zeusSimSetPower(0, 100.0)}
+assert lib.nvmlInit_v2() == 0
+h = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+
+def truth():
+    x = ctypes.c_double()
+    assert lib.zeusSimTrueEnergy(0, ctypes.byref(x)) == 0
+    return x.value
+
+def counter():
+    mj = ctypes.c_ulonglong()
+    assert lib.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(mj)) == 0
+    return mj.value
+
+def power():
+    mw = ctypes.c_uint()
+    assert lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(mw)) == 0
+    return mw.value
+
+out["set"] = lib.zeusSimSetPower(0, 123.0)
+e0, c0 = truth(), counter()
+assert lib.zeusSimAdvance(2.0) == 0
+out["truth"], out["counted"], out["power"] = truth() - e0, counter() - c0, power()
+out["above_limit"] = [lib.zeusSimSetPower(0, 1000.0), power()]
+out["bad"] = [lib.zeusSimSetPower(0, w) for w in (-1.0, float("nan"), float("inf"))]
+out["bad_index"] = lib.zeusSimSetPower(7, 100.0)
+out["after_bad"] = power()
+print(json.dumps(out))
+"""
+
+
+def test_zeus_sim_set_power_through_the_c_abi(fake_nvml_lib):
+    res = _run(
+        SET_POWER_PROBE,
+        fake_nvml_lib,
+        ZEUS_NVML_LIB=str(fake_nvml_lib),
+        ZEUS_SIM_GPUS="A40",
+        ZEUS_SIM_CLOCK="virtual",
+        ZEUS_SIM_FIDELITY="ideal",
+    )
+    assert res["before_init"] == 1  # NVML_ERROR_UNINITIALIZED
+    assert res["set"] == 0
+    assert abs(res["truth"] - 246.0) < 1e-9  # 123 W for 2 s
+    assert abs(res["counted"] - 246_000) <= 1  # the counter in whole mJ
+    # The average power reading carries the board's 1% reading noise.
+    assert res["power"] == pytest.approx(123_000, rel=0.0101)
+    assert res["above_limit"][0] == 0
+    assert res["above_limit"][1] == pytest.approx(300_000, rel=0.0101)  # the A40's limit
+    assert res["bad"] == [2, 2, 2]  # NVML_ERROR_INVALID_ARGUMENT
+    assert res["bad_index"] == 2
+    assert res["after_bad"] == res["above_limit"][1]  # nothing changed, same update period

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import zeus.device.sim
@@ -68,6 +69,52 @@ def test_virtual_clock_energy_is_power_times_time(sim_gpus):
     zeus.device.sim.advance(4.0)
     assert gpus.get_total_energy_consumption(0) - e0 == 100_000  # 25 W idle x 4 s, in mJ
     assert gpus.now() == pytest.approx(zeus.device.sim.now())
+
+
+def test_set_power_draws_those_watts_on_the_virtual_clock(sim_gpus):
+    gpus = sim_gpus("A40")
+    zeus.device.sim.set_power(0, 123.0)
+    assert zeus.device.sim.true_power(0) == 123.0
+    assert zeus.device.sim.is_busy(0)  # above the A40's 30 W idle
+    e0, c0 = zeus.device.sim.true_energy(0), gpus.get_total_energy_consumption(0)
+    zeus.device.sim.advance(2.0)
+    assert zeus.device.sim.true_energy(0) - e0 == pytest.approx(246.0, abs=1e-9)
+    assert abs(gpus.get_total_energy_consumption(0) - c0 - 246_000) <= 1  # whole mJ
+    # Clamped to the power limit of the moment.
+    zeus.device.sim.set_power(0, 1000.0)
+    assert zeus.device.sim.true_power(0) == 300.0
+    gpus.set_power_management_limit(0, 150_000)
+    assert zeus.device.sim.true_power(0) == 150.0
+    zeus.device.sim.set_power(0, 10.0)
+    assert not zeus.device.sim.is_busy(0)
+    for bad, named in ((-1.0, "-1 W"), (float("nan"), "NaN W"), (float("inf"), "inf W")):
+        with pytest.raises(ValueError, match=named):
+            zeus.device.sim.set_power(0, bad)
+    assert zeus.device.sim.true_power(0) == 10.0  # unchanged
+
+
+def test_set_power_energy_grows_at_that_rate_on_the_real_clock(sim_gpus):
+    gpus = sim_gpus("H100", clock="real")  # ideal fidelity: the counter is the exact integral
+    zeus.device.sim.set_power(0, 123.0)
+
+    def bracketed_counter() -> tuple[float, int, float]:
+        # The simulator's time just before and just after a counter read.
+        before = zeus.device.sim.now()
+        mj = gpus.get_total_energy_consumption(0)
+        return before, mj, zeus.device.sim.now()
+
+    a0, c0, b0 = bracketed_counter()
+    t0 = zeus.device.sim.now()
+    time.sleep(0.05)  # some time to pass; what passed is measured, not assumed
+    t1 = zeus.device.sim.now()
+    a1, c1, b1 = bracketed_counter()
+    # The truth between two measured instants is exactly 123 W times the time between them.
+    truth = zeus.device.sim.true_energy(0, at=t1) - zeus.device.sim.true_energy(0, at=t0)
+    assert truth == pytest.approx(123.0 * (t1 - t0), rel=1e-9)
+    # The counter's difference lies within 123 W times the bracketing times (and a mJ of
+    # truncation at each end).
+    assert 123.0 * (a1 - b0) * 1000 - 1 <= c1 - c0 <= 123.0 * (b1 - a0) * 1000 + 1
+    assert gpus.get_instant_power_usage(0) == 123_000
 
 
 def test_clocks_and_persistence(sim_gpus):

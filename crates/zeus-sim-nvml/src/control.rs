@@ -13,6 +13,19 @@ pub extern "C" fn zeusSimSetBusy(index: c_uint, busy: c_int) -> Ret {
     })
 }
 
+/// Make simulated GPU `index` draw `watts` from now on, whatever its workload (clamped to its
+/// power limit), until its load changes: for tests whose board power must follow a known
+/// function of the work they give it. `NVML_ERROR_INVALID_ARGUMENT` for a negative or
+/// non-finite `watts`.
+#[no_mangle]
+pub extern "C" fn zeusSimSetPower(index: c_uint, watts: f64) -> Ret {
+    guard(|| {
+        let c = cluster()?;
+        let d = c.device(index as usize).map_err(code)?;
+        d.set_power_draw(watts).map_err(code)
+    })
+}
+
 /// Advance the virtual clock by `seconds` (`NVML_ERROR_NOT_SUPPORTED` on the real clock).
 #[no_mangle]
 pub extern "C" fn zeusSimAdvance(seconds: f64) -> Ret {

@@ -9,8 +9,8 @@
 //! the energy counter of a P100, `NVML_ERROR_UNINITIALIZED` before `nvmlInit`.
 //!
 //! Extra functions (`zeusSim*`) let a test drive the model from outside: mark a GPU busy or
-//! idle, run work, advance the virtual clock, inject faults, reset or freeze the energy counter,
-//! and read the model's true energy.
+//! idle or make it draw a set power, run work, advance the virtual clock, inject faults, reset or
+//! freeze the energy counter, and read the model's true energy.
 //!
 //! Safety: every exported function checks its pointers for null and its device handle against
 //! the devices it handed out before touching them.

@@ -116,10 +116,20 @@ impl PySimGpu {
             .set_load(if busy { Load::Busy } else { Load::Idle });
     }
 
-    /// Whether the GPU is busy now.
+    /// Make the GPU draw `watts` from now on, whatever its workload (clamped to its power
+    /// limit), until its load changes. `ValueError` for a negative or non-finite `watts`.
+    fn set_power(&self, watts: f64) -> PyResult<()> {
+        // A bad argument to a simulator control, as for `advance` and `inject_fault`: not a
+        // driver's error.
+        self.gpu
+            .set_power_draw(watts)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// Whether the GPU is busy now (a set power draw is busy above the board's idle power).
     #[getter]
     fn is_busy(&self) -> bool {
-        self.gpu.load() != Load::Idle
+        self.gpu.is_busy()
     }
 
     /// Replace the workload curve with `(power_limit W, time_per_epoch s, average_power W)`

@@ -49,6 +49,7 @@ __all__ = [
     "reset_counter",
     "run",
     "set_busy",
+    "set_power",
     "set_workload",
     "steady_state",
     "true_energy",
@@ -90,6 +91,28 @@ def advance(seconds: float) -> None:
 def set_busy(index: int = 0, busy: bool = True) -> None:
     """Mark simulated GPU `index` busy (drawing the workload's power) or idle."""
     _cluster().gpu(index).set_busy(busy)
+
+
+def set_power(index: int, watts: float) -> None:
+    """Make simulated GPU `index` draw `watts` from now on, whatever its workload.
+
+    The board draws that power until its load changes (`set_busy`, `run`, or another
+    `set_power`), so a test can make power follow a known function of each step's work and
+    check energy against it (`true_energy`). Every reading follows it as it follows busy power:
+    the energy counter, both power readings (at real fidelity, from their next update), and
+    busy-looking utilisation and clocks while the power is above the board's idle power.
+
+    Args:
+        index: Simulated GPU index.
+        watts: The power to draw. A board cannot draw above its power limit: the draw is
+            clamped to the limit of each moment (lowering the limit lowers it; raising the limit
+            again gives back what was asked).
+
+    Raises:
+        ValueError: `watts` is negative or not finite.
+
+    """
+    _cluster().gpu(index).set_power(watts)
 
 
 def is_busy(index: int = 0) -> bool:

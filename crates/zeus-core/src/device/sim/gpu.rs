@@ -9,6 +9,13 @@ pub enum Load {
     Busy,
     /// Busy until this timestamp, then idle.
     BusyUntil(f64),
+    /// Drawing this many watts from now on, until the load changes, whatever the workload curve
+    /// says: for tests whose board power must follow a known function of the work they give it.
+    /// A board cannot draw above its power limit, nor below nothing, so the power is clamped to
+    /// `[0, power limit]` (the limit at each moment: lowering the limit lowers the draw, raising
+    /// it again restores what was asked). It counts as busy (utilisation, clocks, performance
+    /// state) while the drawn power exceeds the preset's idle power.
+    Drawing(f64),
 }
 
 /// How closely readings follow a real driver.
@@ -77,7 +84,9 @@ impl Workload {
 }
 
 /// The power draw over a stretch of time in which nothing was changed: from `t0`, energy `e0`,
-/// under `load`, drawing `busy_w` when busy.
+/// under `load`, drawing `busy_w` when busy. A [`Load::Drawing`] here holds the watts actually
+/// drawn (already clamped to the power limit of the stretch), so that a later change of the
+/// limit does not rewrite the past.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Segment {
     pub(super) t0: f64,
@@ -87,19 +96,21 @@ pub(super) struct Segment {
 }
 
 impl Segment {
-    pub(super) fn is_busy_at(&self, t: f64) -> bool {
+    /// Whether the board is busy at `t` (a board drawing a set power is busy above idle power).
+    pub(super) fn is_busy_at(&self, idle_w: f64, t: f64) -> bool {
         match self.load {
             Load::Idle => false,
             Load::Busy => true,
             Load::BusyUntil(until) => t < until,
+            Load::Drawing(w) => w > idle_w,
         }
     }
 
     pub(super) fn power_at(&self, idle_w: f64, t: f64) -> f64 {
-        if self.is_busy_at(t) {
-            self.busy_w
-        } else {
-            idle_w
+        match self.load {
+            Load::Drawing(w) => w,
+            _ if self.is_busy_at(idle_w, t) => self.busy_w,
+            _ => idle_w,
         }
     }
 
@@ -112,6 +123,7 @@ impl Segment {
         match self.load {
             Load::Idle => self.e0 + idle_w * dt,
             Load::Busy => self.e0 + self.busy_w * dt,
+            Load::Drawing(w) => self.e0 + w * dt,
             Load::BusyUntil(until) => {
                 let busy_dt = (until - self.t0).clamp(0.0, dt);
                 self.e0 + self.busy_w * busy_dt + idle_w * (dt - busy_dt)
@@ -233,10 +245,18 @@ impl State {
     }
 
     pub(super) fn segment(&self) -> Segment {
+        let load = match self.load {
+            // Clamped here, at the limit of this stretch (every limit change starts a new one).
+            // `max` first: it also turns a NaN into 0 W.
+            Load::Drawing(w) => {
+                Load::Drawing(w.max(0.0).min(f64::from(self.power_limit_mw) / 1000.0))
+            }
+            other => other,
+        };
         Segment {
             t0: self.t_last,
             e0: self.energy_j,
-            load: self.load,
+            load,
             busy_w: self.busy.1,
         }
     }
@@ -285,8 +305,15 @@ impl State {
         self.segment().energy_at(idle, t.max(self.t_last))
     }
 
-    pub(super) fn is_busy_at(&self, t: f64) -> bool {
-        self.segment().is_busy_at(t)
+    pub(super) fn is_busy_at(&self, preset: &Preset, t: f64) -> bool {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        self.segment().is_busy_at(idle, t)
+    }
+
+    /// Power (W) at time `t >= t_last`.
+    pub(super) fn power_at(&self, preset: &Preset, t: f64) -> f64 {
+        let idle = preset.idle_power_mw as f64 / 1000.0;
+        self.segment().power_at(idle, t.max(self.t_last))
     }
 
     /// Integrate up to `t`; call before any change that alters power. With `history` (seconds),
@@ -668,19 +695,39 @@ impl SimGpu {
         })
     }
 
-    /// Set the load (idle, busy, or busy until a time).
+    /// Set the load (idle, busy, busy until a time, or a set power draw).
     pub fn set_load(&self, load: Load) {
         self.mutate(|s| s.load = load);
     }
 
+    /// Draw `watts` from now on until the load changes ([`Load::Drawing`]: clamped to the power
+    /// limit). A negative or non-finite `watts` is refused with [`GpuError::InvalidArg`].
+    pub fn set_power_draw(&self, watts: f64) -> GpuResult<()> {
+        if !(watts.is_finite() && watts >= 0.0) {
+            return Err(GpuError::InvalidArg(format!(
+                "power draw {watts} W is not valid: use a finite number of watts >= 0"
+            )));
+        }
+        self.set_load(Load::Drawing(watts));
+        Ok(())
+    }
+
+    /// The load now: a busy stretch that ended reads as idle; a set power draw reads as the
+    /// watts asked for (even where the limit clamps it, or it is no more than idle power).
     pub fn load(&self) -> Load {
         let now = self.clock.now();
         let s = self.state();
-        if s.is_busy_at(now) {
-            s.load
-        } else {
-            Load::Idle
+        match s.load {
+            Load::Drawing(w) => Load::Drawing(w),
+            load if s.is_busy_at(self.preset, now) => load,
+            _ => Load::Idle,
         }
+    }
+
+    /// Whether the board is busy now (what utilisation and clocks follow at ideal fidelity).
+    pub fn is_busy(&self) -> bool {
+        let now = self.clock.now();
+        self.state().is_busy_at(self.preset, now)
     }
 
     /// Replace the workload curve. A shared device refuses a curve with more than
@@ -744,14 +791,14 @@ impl SimGpu {
 
     pub(super) fn reading_busy(&self) -> bool {
         let t = self.reading_time();
-        self.state().segment_at(t).is_busy_at(t)
+        let idle = self.preset.idle_power_mw as f64 / 1000.0;
+        self.state().segment_at(t).is_busy_at(idle, t)
     }
 
     /// The modelled power right now, watts, without reading noise.
     pub fn true_power_w(&self) -> f64 {
         let now = self.clock.now();
-        let s = self.state();
-        s.power_w(self.preset, s.is_busy_at(now))
+        self.state().power_at(self.preset, now)
     }
 
     /// Why the graphics clock is where it is (NVML's clock event reasons, the ones the model

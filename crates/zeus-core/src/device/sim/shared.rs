@@ -57,6 +57,7 @@ struct Header {
 const LOAD_IDLE: u32 = 0;
 const LOAD_BUSY: u32 = 1;
 const LOAD_BUSY_UNTIL: u32 = 2;
+const LOAD_DRAWING: u32 = 3;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -64,7 +65,8 @@ struct RawSegment {
     t0: f64,
     e0: f64,
     busy_w: f64,
-    until: f64,
+    /// The load's number: `BusyUntil`'s time, `Drawing`'s watts.
+    load_value: f64,
     load: u32,
     _pad: u32,
 }
@@ -93,7 +95,9 @@ struct Record {
     mem_locked: [u32; 3],
     load: u32,
     _pad: u32,
-    until: f64,
+    /// The load's number: `BusyUntil`'s time, `Drawing`'s watts (as asked for: the power limit
+    /// clamps them when read).
+    load_value: f64,
     energy_j: f64,
     t_last: f64,
     busy: [f64; 2],
@@ -110,13 +114,15 @@ fn load_to_raw(load: Load) -> (u32, f64) {
         Load::Idle => (LOAD_IDLE, 0.0),
         Load::Busy => (LOAD_BUSY, 0.0),
         Load::BusyUntil(t) => (LOAD_BUSY_UNTIL, t),
+        Load::Drawing(w) => (LOAD_DRAWING, w),
     }
 }
 
-fn load_from_raw(kind: u32, until: f64) -> Load {
+fn load_from_raw(kind: u32, value: f64) -> Load {
     match kind {
         LOAD_BUSY => Load::Busy,
-        LOAD_BUSY_UNTIL => Load::BusyUntil(until),
+        LOAD_BUSY_UNTIL => Load::BusyUntil(value),
+        LOAD_DRAWING => Load::Drawing(value),
         _ => Load::Idle,
     }
 }
@@ -299,7 +305,7 @@ unsafe fn load(rec: &Record, s: &mut State) {
     s.persistence = rec.persistence != 0;
     s.gpu_locked = lock_from_raw(rec.gpu_locked);
     s.mem_locked = lock_from_raw(rec.mem_locked);
-    s.load = load_from_raw(rec.load, rec.until);
+    s.load = load_from_raw(rec.load, rec.load_value);
     s.energy_j = rec.energy_j;
     s.t_last = rec.t_last;
     s.busy = (rec.busy[0], rec.busy[1]);
@@ -308,7 +314,7 @@ unsafe fn load(rec: &Record, s: &mut State) {
     s.past.extend(rec.past[..n].iter().map(|r| Segment {
         t0: r.t0,
         e0: r.e0,
-        load: load_from_raw(r.load, r.until),
+        load: load_from_raw(r.load, r.load_value),
         busy_w: r.busy_w,
     }));
     if rec.curve_gen != s.curve_gen {
@@ -326,7 +332,7 @@ unsafe fn store(rec: *mut Record, s: &mut State) {
     rec.persistence = u32::from(s.persistence);
     rec.gpu_locked = lock_to_raw(s.gpu_locked);
     rec.mem_locked = lock_to_raw(s.mem_locked);
-    (rec.load, rec.until) = load_to_raw(s.load);
+    (rec.load, rec.load_value) = load_to_raw(s.load);
     rec.energy_j = s.energy_j;
     rec.t_last = s.t_last;
     rec.busy = [s.busy.0, s.busy.1];
@@ -334,12 +340,12 @@ unsafe fn store(rec: *mut Record, s: &mut State) {
         s.past.pop_front();
     }
     for (raw, seg) in rec.past.iter_mut().zip(s.past.iter()) {
-        let (load, until) = load_to_raw(seg.load);
+        let (load, load_value) = load_to_raw(seg.load);
         *raw = RawSegment {
             t0: seg.t0,
             e0: seg.e0,
             busy_w: seg.busy_w,
-            until,
+            load_value,
             load,
             _pad: 0,
         };
@@ -629,6 +635,37 @@ mod tests {
         let late = SimCluster::open(config(&path, &keys, false, Fidelity::Ideal)).unwrap();
         assert_eq!(late.devices()[1].power_management_limit().unwrap(), 300_000);
         assert_eq!(*late.devices()[1].curve(), curve);
+    }
+
+    #[test]
+    fn a_set_power_draw_is_seen_and_counted_by_every_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpus");
+        let root = SimCluster::open(config(&path, &["H100"], true, Fidelity::Real)).unwrap();
+        let user = SimCluster::open(config(&path, &["H100"], false, Fidelity::Real)).unwrap();
+        let (r, u) = (&root.devices()[0], &user.devices()[0]);
+        r.set_power_draw(123.0).unwrap();
+        assert_eq!(u.load(), Load::Drawing(123.0));
+        assert_eq!(u.true_power_w(), 123.0);
+        assert!(u.is_busy(), "123 W is above the H100's 70 W idle");
+        let t1 = root.clock().now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let t2 = root.clock().now();
+        // The 123 W stretch is history once the load changes; the other process reads it from
+        // the file's history, as its real-fidelity readings do.
+        r.set_power_draw(650.0).unwrap();
+        let e = u.true_energy_at(t2) - u.true_energy_at(t1);
+        assert!((e - 123.0 * (t2 - t1)).abs() < 1e-9, "{e}");
+        assert_eq!(u.true_power_w(), 650.0);
+        // A lower limit clamps the draw in every process; raising it gives back what was asked.
+        r.set_power_management_limit(400_000).unwrap();
+        assert_eq!(u.true_power_w(), 400.0);
+        assert_eq!(u.load(), Load::Drawing(650.0));
+        r.set_power_management_limit(700_000).unwrap();
+        assert_eq!(u.true_power_w(), 650.0);
+        // Drawing no more than idle power is not busy.
+        u.set_power_draw(50.0).unwrap();
+        assert!(!r.is_busy() && r.true_power_w() == 50.0);
     }
 
     #[test]

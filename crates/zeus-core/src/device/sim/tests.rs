@@ -170,6 +170,131 @@ fn average_power_is_constant_within_an_update_period_and_noisy_across() {
         .all(|&r| (r as f64 - truth).abs() <= truth * 0.0101));
 }
 
+#[test]
+fn a_set_power_draw_adds_its_watts_times_time() {
+    let c = cluster(&["A40"]);
+    let g = &c.devices()[0];
+    g.set_power_draw(123.0).unwrap();
+    assert_eq!(g.load(), Load::Drawing(123.0));
+    assert_eq!(g.true_power_w(), 123.0);
+    assert_eq!(g.instant_power_usage().unwrap(), 123_000);
+    // Above the A40's 30 W idle: busy, as utilisation and clocks say.
+    assert!(g.is_busy());
+    assert_eq!(g.utilization_rates().unwrap().gpu, 100);
+    assert_eq!(
+        g.current_clocks_mhz().unwrap().0,
+        g.preset().max_graphics_clock_mhz
+    );
+    let (e0, c0) = (g.true_energy_j(), g.total_energy_consumption().unwrap());
+    c.clock().advance(2.0);
+    let e = g.true_energy_j() - e0;
+    assert!((e - 246.0).abs() < 1e-9, "{e}");
+    // The counter truncates to whole mJ: its difference is within 1 mJ of the truth.
+    let counted = g.total_energy_consumption().unwrap() - c0;
+    assert!(counted.abs_diff(246_000) <= 1, "{counted}");
+
+    // No more than idle power: drawing, but not busy.
+    g.set_power_draw(20.0).unwrap();
+    assert!(!g.is_busy());
+    assert_eq!(g.load(), Load::Drawing(20.0));
+    assert_eq!(g.utilization_rates().unwrap().gpu, 0);
+    let e0 = g.true_energy_j();
+    c.clock().advance(1.0);
+    assert!((g.true_energy_j() - e0 - 20.0).abs() < 1e-9);
+    // Another load replaces it.
+    g.set_load(Load::Idle);
+    assert_eq!(g.true_power_w(), 30.0);
+}
+
+#[test]
+fn a_set_power_draw_is_clamped_to_the_limit_of_the_moment() {
+    let c = cluster(&["A40"]);
+    let g = &c.devices()[0];
+    g.set_power_draw(1000.0).unwrap();
+    assert_eq!(g.true_power_w(), 300.0, "the A40's 300 W limit");
+    let e0 = g.true_energy_j();
+    c.clock().advance(1.0);
+    g.set_power_management_limit(150_000).unwrap();
+    assert_eq!(g.true_power_w(), 150.0);
+    c.clock().advance(1.0);
+    // The first second at the limit then, the next at the lower one.
+    let e = g.true_energy_j() - e0;
+    assert!((e - 450.0).abs() < 1e-9, "{e}");
+    // What was asked for stays asked: a higher limit lets the board draw more again.
+    assert_eq!(g.load(), Load::Drawing(1000.0));
+    g.set_power_management_limit(250_000).unwrap();
+    assert_eq!(g.true_power_w(), 250.0);
+    g.set_power_draw(0.0).unwrap();
+    assert_eq!(g.true_power_w(), 0.0);
+    // `set_load` takes any number: a NaN draws nothing rather than poisoning the integral.
+    g.set_load(Load::Drawing(f64::NAN));
+    let e0 = g.true_energy_j();
+    c.clock().advance(1.0);
+    assert_eq!(g.true_power_w(), 0.0);
+    assert_eq!(g.true_energy_j(), e0);
+}
+
+#[test]
+fn a_bad_power_draw_is_refused_and_changes_nothing() {
+    let c = cluster(&["A40"]);
+    let g = &c.devices()[0];
+    g.set_load(Load::Busy);
+    for bad in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+        match g.set_power_draw(bad) {
+            Err(GpuError::InvalidArg(m)) => assert!(m.contains(&format!("{bad} W")), "{m}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+        assert_eq!(g.load(), Load::Busy);
+    }
+}
+
+#[test]
+fn real_readings_follow_a_set_power_draw() {
+    // A coarse counter, so that "within its resolution" says something.
+    let c = h100_board(BoardKnobs {
+        counter_resolution_mj: Some(100),
+        ..BoardKnobs::default()
+    });
+    let g = &c.devices()[0];
+    assert_eq!(g.fidelity(), Fidelity::Real);
+    c.clock().advance(1.0);
+    g.set_power_draw(123.0).unwrap();
+    // Past an update period, the counter's lag and the average's window.
+    c.clock().advance(1.5);
+    let e0 = g.true_energy_j();
+    let (c0, t0) = g.energy_reading().unwrap();
+    c.clock().advance(2.0);
+    let e = g.true_energy_j() - e0;
+    assert!((e - 246.0).abs() < 1e-9, "{e}");
+    let (c1, t1) = g.energy_reading().unwrap();
+    // The counter describes its own updates: 2 s apart (to a period), 123 W between them.
+    assert!((t1 - t0 - 2.0).abs() < g.board().counter_period_s + 1e-9);
+    let want = 123.0 * (t1 - t0) * 1000.0;
+    let counted = (c1 - c0) as f64;
+    assert!(
+        (counted - want).abs() <= 100.0 + 1e-6,
+        "{counted} vs {want}"
+    );
+    let noise = 1.0 + g.board().power_noise + 1e-6;
+    for instant in [true, false] {
+        let w = g.power_reading(instant).unwrap().0 as f64 / 1000.0;
+        assert!(w <= 123.0 * noise && w >= 123.0 / noise, "{instant}: {w}");
+    }
+    assert!(g.reading_busy());
+    // The limit clamps the readings too, from the update after the change.
+    g.set_power_management_limit(200_000).unwrap();
+    c.clock().advance(0.2);
+    let w = g.instant_power_usage().unwrap() as f64 / 1000.0;
+    assert!(
+        w <= 123.0 * noise && w >= 123.0 / noise,
+        "{w}: 123 W is under 200 W"
+    );
+    g.set_power_draw(500.0).unwrap();
+    c.clock().advance(0.2);
+    let w = g.instant_power_usage().unwrap() as f64 / 1000.0;
+    assert!(w <= 200.0 * noise && w >= 200.0 / noise, "{w}");
+}
+
 fn real_h100(virtual_clock: bool) -> SimCluster {
     SimCluster::new(SimConfig {
         presets: vec![preset::find("H100").unwrap()],
@@ -419,7 +544,7 @@ fn field_timestamps_say_when_the_value_was_updated_or_when_it_was_read() {
 proptest! {
     #[test]
     fn counter_is_monotonic_under_any_schedule(
-        ops in proptest::collection::vec((0u8..5, 0.0f64..5.0, 100u32..300), 1..40)
+        ops in proptest::collection::vec((0u8..6, 0.0f64..5.0, 100u32..300), 1..40)
     ) {
         let c = cluster(&["A40"]);
         let g = &c.devices()[0];
@@ -430,6 +555,8 @@ proptest! {
                 1 => g.set_load(Load::Idle),
                 2 => { g.start_work(dt); }
                 3 => { g.set_power_management_limit(pl * 1000).unwrap(); }
+                // Up to 450 W: the limit clamps what is above it.
+                4 => { g.set_power_draw(f64::from(pl) * 1.5).unwrap(); }
                 _ => {}
             }
             c.clock().advance(dt);
