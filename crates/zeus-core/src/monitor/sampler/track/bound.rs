@@ -307,7 +307,20 @@ impl Track {
                 );
             }
         }
-        Some((combine(e0, e1), e1))
+        // The edge the next slice of a cut window starts from. An end estimated below the
+        // start (the at-end extrapolation ran high at the start, and the readings since pulled
+        // it back) makes this slice zero, not negative; the next slice then starts where this
+        // one did, so that the slices still add up to the whole window: starting it at `e1`
+        // would count the dip again, once per slice (+5% over a minute of 20 ms slices).
+        let carry = if e1.joules < e0.joules {
+            Edge {
+                joules: e0.joules,
+                ..e1
+            }
+        } else {
+            e1
+        };
+        Some((combine(e0, e1), carry))
     }
 
     /// The window estimate without marking anything.
