@@ -19,6 +19,7 @@ pub mod power;
 pub mod power_log;
 pub mod provenance;
 pub mod sampler;
+pub mod serving;
 pub mod stop;
 pub mod temperature;
 pub mod timeline;

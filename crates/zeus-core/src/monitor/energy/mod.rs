@@ -642,6 +642,24 @@ impl EnergyMonitor {
         Some(lease.watched(self.cached[k]?))
     }
 
+    /// The energy (J) of `[t0, t1]` summed over the monitored GPUs, once final: every GPU is
+    /// read through the sampler, in its cached mode, and its counter has updated past `t1`
+    /// (the edges are interpolated, not extrapolated). `None` until then, and for good where
+    /// a GPU is read otherwise. The serving ledger fits its cost model on these.
+    pub fn settled_energy(&self, t0: f64, t1: f64) -> Option<f64> {
+        let mut sum = 0.0;
+        for k in 0..self.indices.len() {
+            let w = self.watched(k)?;
+            sum += w.with_track(|t| {
+                if t.mode() != Mode::Cached || !t.is_settled(t1) {
+                    return None;
+                }
+                t.window_estimate(t0, t1).map(|e| e.joules)
+            })?;
+        }
+        Some(sum)
+    }
+
     /// Counter reads at a window edge for the GPUs the sampler has switched to direct reads
     /// (its model does not fit their board); empty when none has.
     fn safe_reads(&self) -> GpuResult<Vec<Option<u64>>> {
@@ -1007,7 +1025,10 @@ impl EnergyMonitor {
             provenance.push((i, self.provenance(k, method)));
         }
         self.mode_warnings(&mut warnings);
+        // A cut's slices are short on purpose (a serving step lasts 20-40 ms): whoever cuts
+        // gets each slice's bound instead.
         if self.warn_short
+            && !reopen
             && time < self.slowest_counter_period()
             && !self.warned_short.contains(key)
         {

@@ -41,7 +41,7 @@
 
 pub mod fit;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 pub mod track;
 
 use std::collections::VecDeque;

@@ -294,7 +294,7 @@ use rand_pcg::Pcg64;
 
 /// A simulated board's timing, as the harness draws it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BoardSpec {
+pub(crate) struct BoardSpec {
     pub power_ms: f64,
     pub counter_ms: f64,
     pub lag_ms: f64,
@@ -349,7 +349,7 @@ impl BoardSpec {
 
 /// One GPU of `spec` on the virtual clock, watched as the sampler watches it, with driver
 /// calls that take the time they take and (with `starve`) a sampler thread that runs late.
-pub(super) struct Harness {
+pub(crate) struct Harness {
     pub c: SimCluster,
     pub dev: Arc<SimGpu>,
     pub w: Vec<Watched>,

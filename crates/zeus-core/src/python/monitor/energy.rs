@@ -40,6 +40,20 @@ impl PyZeusMonitor {
     }
 }
 
+impl PyZeusMonitor {
+    /// Run `f` on the Rust monitor (for the serving ledger, which cuts a window of its own at
+    /// every engine step without a Python call in between).
+    pub(super) fn with_core<R>(&self, f: impl FnOnce(&mut EnergyMonitor) -> R) -> PyResult<R> {
+        Ok(f(&mut lock(&self.state()?.core)))
+    }
+
+    /// The monitor's GPU indices and its clock (s).
+    pub(super) fn indices_and_now(&self) -> PyResult<(Vec<usize>, f64)> {
+        let st = self.state()?;
+        Ok((st.indices.clone(), st.gpus.now()))
+    }
+}
+
 fn lock(m: &Mutex<EnergyMonitor>) -> MutexGuard<'_, EnergyMonitor> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -76,6 +76,7 @@ mod energy;
 mod measurement;
 mod power;
 mod power_log;
+mod serving;
 mod temperature;
 
 use energy::{infer_counter_update_period, stop_sampler, PyZeusMonitor};
@@ -92,5 +93,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPowerMonitor>()?;
     m.add_class::<PyZeusMonitor>()?;
     m.add_class::<PyTemperatureMonitor>()?;
+    m.add_class::<serving::PyEnergyLedger>()?;
     Ok(())
 }

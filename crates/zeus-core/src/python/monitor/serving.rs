@@ -1,0 +1,382 @@
+//! `EnergyLedger` (the Rust half of `zeus.monitor.serving.EnergyLedger`): a window of the
+//! monitor cut at every engine step, and the ledger that splits each cut among the step's
+//! requests, with no Python in between.
+
+use super::energy::PyZeusMonitor;
+use super::*;
+use crate::monitor::serving::{Cut, Ledger, LedgerOptions, Method as LedgerMethod, Work};
+use crate::monitor::EnergyMonitor;
+
+static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
+
+struct State {
+    ledger: Ledger,
+    monitor: Py<PyZeusMonitor>,
+    key: String,
+    open: bool,
+    energy: Vec<f64>,
+    bound: Vec<f64>,
+    work: Vec<(u32, Work)>,
+}
+
+/// Rust half of `zeus.monitor.serving.EnergyLedger`.
+#[pyclass(name = "EnergyLedger", module = "zeus._core.monitor", frozen)]
+pub(crate) struct PyEnergyLedger {
+    state: Mutex<State>,
+    gpu_indices: Vec<usize>,
+    method: &'static str,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl State {
+    /// Fit the spans whose energy has settled (a lock and a comparison when none is due).
+    fn settle(&mut self) -> PyResult<()> {
+        let monitor = self.monitor.get();
+        let ledger = &mut self.ledger;
+        monitor.with_core(|m: &mut EnergyMonitor| {
+            ledger.settle(&mut |t0, t1| m.settled_energy(t0, t1))
+        })
+    }
+
+    /// Cut the window: the energy and bound of each GPU since the last cut, and the time.
+    fn cut(&mut self, py: Python<'_>) -> PyResult<(f64, f64)> {
+        if !self.open {
+            return Err(PyRuntimeError::new_err("the serving ledger is closed"));
+        }
+        let key = &self.key;
+        let monitor = self.monitor.get();
+        let out = monitor.with_core(|m: &mut EnergyMonitor| m.cut_window(key))?;
+        let out = out.py_err(py)?;
+        if !out.warnings.is_empty() {
+            warn(py, &out.warnings)?;
+        }
+        let m = out.measurement;
+        self.energy.clear();
+        self.bound.clear();
+        self.energy.extend(m.energy.iter().map(|(_, e)| e.max(0.0)));
+        self.bound
+            .extend(m.energy_bound.iter().map(|(_, b)| b.max(0.0)));
+        let (_, now) = monitor.indices_and_now()?;
+        Ok((m.time.max(0.0), now))
+    }
+}
+
+fn dict_of<'py>(py: Python<'py>, pairs: &[(&str, f64)]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in pairs {
+        d.set_item(*k, *v)?;
+    }
+    Ok(d)
+}
+
+#[pymethods]
+impl PyEnergyLedger {
+    /// Open a window on `monitor` (a `ZeusMonitor`) that every step cuts.
+    #[new]
+    #[pyo3(signature = (monitor, method = "work", span_s = 1.0, min_spans = 8, max_wait_s = 30.0))]
+    fn new(
+        py: Python<'_>,
+        monitor: Py<PyZeusMonitor>,
+        method: &str,
+        span_s: f64,
+        min_spans: usize,
+        max_wait_s: f64,
+    ) -> PyResult<Self> {
+        let method = LedgerMethod::parse(method).py_err(py)?;
+        let (indices, now) = monitor.get().indices_and_now()?;
+        if indices.is_empty() {
+            return Err(PyValueError::new_err(
+                "the serving ledger measures GPUs: the monitor has no GPU (gpu_indices=[])",
+            ));
+        }
+        let opts = LedgerOptions {
+            method,
+            span_s,
+            min_spans,
+            max_wait_s,
+        };
+        let ledger = Ledger::new(indices.len(), now, opts).py_err(py)?;
+        let key = format!(
+            "__zeus_serving_ledger_{}__",
+            NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+        );
+        monitor
+            .get()
+            .with_core(|m: &mut EnergyMonitor| m.begin_window(&key))?
+            .py_err(py)?;
+        Ok(PyEnergyLedger {
+            state: Mutex::new(State {
+                ledger,
+                monitor,
+                key,
+                open: true,
+                energy: Vec::new(),
+                bound: Vec::new(),
+                work: Vec::new(),
+            }),
+            gpu_indices: indices,
+            method: method.name(),
+        })
+    }
+
+    #[getter]
+    fn method(&self) -> &'static str {
+        self.method
+    }
+
+    #[getter]
+    fn gpu_indices(&self) -> Vec<usize> {
+        self.gpu_indices.clone()
+    }
+
+    /// The id of aggregate group `name` (created on first use).
+    fn group(&self, name: &str) -> u32 {
+        lock(&self.state).ledger.group(name)
+    }
+
+    /// Request `request_id` arrived (at `at`, default now), in group `group`.
+    #[pyo3(signature = (request_id, group = 0, at = None))]
+    fn arrive(
+        &self,
+        py: Python<'_>,
+        request_id: &str,
+        group: u32,
+        at: Option<f64>,
+    ) -> PyResult<()> {
+        let mut st = lock(&self.state);
+        let at = match at {
+            Some(t) => t,
+            None => st.monitor.get().indices_and_now()?.1,
+        };
+        st.ledger.arrive(request_id, group, at).py_err(py)
+    }
+
+    /// A step begins: the energy since the last step ended (idle, scheduling) goes to the
+    /// residual.
+    fn begin_step(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = lock(&self.state);
+        let (seconds, now) = st.cut(py)?;
+        let st = &mut *st;
+        let cut = Cut {
+            seconds,
+            energy: &st.energy,
+            bound: &st.bound,
+        };
+        st.ledger.gap(cut, now).py_err(py)?;
+        st.settle()
+    }
+
+    /// A step ended: its energy (since the step began, or since the last step ended) goes to
+    /// `request_ids`, each with its prefill, decode and KV-cache tokens in the step.
+    fn end_step(
+        &self,
+        py: Python<'_>,
+        request_ids: Vec<PyBackedStr>,
+        prefill_tokens: Vec<f64>,
+        decode_tokens: Vec<f64>,
+        kv_tokens: Vec<f64>,
+    ) -> PyResult<()> {
+        let n = request_ids.len();
+        if prefill_tokens.len() != n || decode_tokens.len() != n || kv_tokens.len() != n {
+            return Err(PyValueError::new_err(format!(
+                "end_step: {n} request ids but {} prefill, {} decode and {} kv counts",
+                prefill_tokens.len(),
+                decode_tokens.len(),
+                kv_tokens.len()
+            )));
+        }
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        st.work.clear();
+        for (i, id) in request_ids.iter().enumerate() {
+            let slot = st.ledger.slot(id);
+            st.work.push((
+                slot,
+                Work {
+                    prefill: prefill_tokens[i],
+                    decode: decode_tokens[i],
+                    kv: kv_tokens[i],
+                },
+            ));
+        }
+        let (seconds, now) = st.cut(py)?;
+        let cut = Cut {
+            seconds,
+            energy: &st.energy,
+            bound: &st.bound,
+        };
+        if let Err(e) = st.ledger.step_slots(cut, now, &st.work) {
+            // The cut is taken: its energy goes to the residual rather than nowhere.
+            st.ledger.gap(cut, now).py_err(py)?;
+            return Err(e).py_err(py);
+        }
+        st.settle()
+    }
+
+    /// Request `request_id` finished (at `at`, default now), having generated
+    /// `output_tokens` (default: counted from its steps).
+    #[pyo3(signature = (request_id, output_tokens = None, at = None))]
+    fn finish(
+        &self,
+        py: Python<'_>,
+        request_id: &str,
+        output_tokens: Option<f64>,
+        at: Option<f64>,
+    ) -> PyResult<()> {
+        let mut st = lock(&self.state);
+        let at = match at {
+            Some(t) => t,
+            None => st.monitor.get().indices_and_now()?.1,
+        };
+        st.ledger.finish(request_id, at, output_tokens).py_err(py)
+    }
+
+    /// The records ready since the last call: one dict per request.
+    fn take_records<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let records = lock(&self.state).ledger.take_records();
+        records
+            .into_iter()
+            .map(|r| {
+                let d = dict_of(
+                    py,
+                    &[
+                        ("arrival", r.arrival),
+                        ("first_step", r.first_step),
+                        ("finish", r.finish),
+                        ("energy", r.energy_j),
+                        ("energy_bound", r.bound_j),
+                        ("prefill_energy", r.prefill_energy_j),
+                        ("decode_energy", r.decode_energy_j),
+                        ("prefill_tokens", r.prefill_tokens),
+                        ("decode_tokens", r.decode_tokens),
+                        ("output_tokens", r.output_tokens),
+                        ("mean_batch", r.mean_batch),
+                    ],
+                )?;
+                d.set_item("request_id", r.id)?;
+                d.set_item("group", r.group)?;
+                d.set_item("finished", r.finished)?;
+                d.set_item("fitted", r.fitted)?;
+                d.set_item("steps", r.steps)?;
+                let gpu = PyDict::new(py);
+                for (i, e) in self.gpu_indices.iter().zip(&r.gpu_energy_j) {
+                    gpu.set_item(i, e)?;
+                }
+                d.set_item("gpu_energy", gpu)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Attribute what waits (with the weights fitted so far, else by tokens); with
+    /// `include_open`, also report requests that have not finished.
+    #[pyo3(signature = (include_open = false))]
+    fn flush(&self, include_open: bool) -> PyResult<()> {
+        let mut st = lock(&self.state);
+        let st = &mut *st;
+        let monitor = st.monitor.get();
+        monitor.with_core(|m: &mut EnergyMonitor| {
+            st.ledger
+                .flush(include_open, &mut |t0, t1| m.settled_energy(t0, t1))
+        })
+    }
+
+    /// Energy totals, J: `measured == requests + residual + pending`.
+    fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = lock(&self.state).ledger.totals();
+        let d = dict_of(
+            py,
+            &[
+                ("seconds", t.seconds),
+                ("measured", t.measured_j),
+                ("requests", t.requests_j),
+                ("residual", t.residual_j),
+                ("residual_bound", t.residual_bound_j),
+                ("pending", t.pending_j),
+            ],
+        )?;
+        d.set_item("steps", t.steps)?;
+        Ok(d)
+    }
+
+    /// The `work` model's fitted weights, or None.
+    fn weights<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(w) = lock(&self.state).ledger.weights() else {
+            return Ok(None);
+        };
+        let d = dict_of(
+            py,
+            &[
+                ("idle_w", w.idle_w),
+                ("prefill_j", w.prefill_j),
+                ("decode_j", w.decode_j),
+                ("kv_w", w.kv_w),
+                ("rms_j", w.rms_j),
+                ("rms_rel", w.rms_rel),
+            ],
+        )?;
+        d.set_item("std_err", w.std_err.to_vec())?;
+        d.set_item("spans", w.spans)?;
+        Ok(Some(d))
+    }
+
+    /// Every aggregate group: `[(name, totals)]`, finished requests only.
+    fn groups<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyDict>)>> {
+        let groups = lock(&self.state).ledger.groups().to_vec();
+        groups
+            .into_iter()
+            .map(|(name, g)| {
+                let d = dict_of(
+                    py,
+                    &[
+                        ("energy", g.energy_j),
+                        ("energy_bound", g.bound_j),
+                        ("prefill_energy", g.prefill_energy_j),
+                        ("decode_energy", g.decode_energy_j),
+                        ("prefill_tokens", g.prefill_tokens),
+                        ("output_tokens", g.output_tokens),
+                    ],
+                )?;
+                d.set_item("requests", g.requests)?;
+                Ok((name, d))
+            })
+            .collect()
+    }
+
+    /// Requests arrived and not yet reported.
+    fn open_requests(&self) -> usize {
+        lock(&self.state).ledger.open_requests()
+    }
+
+    /// Stop: the energy since the last step goes to the residual, everything is attributed,
+    /// open requests are reported as unfinished, and the monitor's window is closed.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = lock(&self.state);
+        if !st.open {
+            return Ok(());
+        }
+        let (seconds, now) = st.cut(py)?;
+        let st = &mut *st;
+        let cut = Cut {
+            seconds,
+            energy: &st.energy,
+            bound: &st.bound,
+        };
+        st.ledger.gap(cut, now).py_err(py)?;
+        let monitor = st.monitor.get();
+        let ledger = &mut st.ledger;
+        monitor.with_core(|m: &mut EnergyMonitor| {
+            ledger.flush(true, &mut |t0, t1| m.settled_energy(t0, t1))
+        })?;
+        st.open = false;
+        let key = st.key.clone();
+        st.monitor
+            .get()
+            .with_core(|m: &mut EnergyMonitor| m.end_window(&key, true, None))?
+            .py_err(py)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+"""`EnergyLedger` through the binding, on the simulated GPU (virtual clock, ideal readings):
+the GPU draws a known function of each step's work, and the records follow it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import zeus.device.sim
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from zeus.monitor import ZeusMonitor
+from zeus.monitor.serving import EnergyLedger, RequestEnergy
+
+IDLE_W, A, B, C = 90.0, 0.012, 0.05, 0.002  # W, J/prefill token, J/decode token, W/KV token
+
+# A step: (seconds, [(request index, prefill tokens, decode tokens, kv tokens)]).
+steps_strategy = st.lists(
+    st.tuples(
+        st.floats(0.01, 0.05),
+        st.lists(
+            st.tuples(
+                st.integers(0, 11), st.integers(0, 300), st.integers(0, 2), st.integers(0, 4000)
+            ),
+            max_size=8,
+            unique_by=lambda w: w[0],
+        ),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+def run_steps(ledger: EnergyLedger, steps) -> dict[str, float]:
+    """Drive the ledger and the simulated GPU through `steps`; returns each request's energy
+    by its true share (`tokens`: shares of prefill+decode tokens)."""
+    truth: dict[str, float] = {}
+    for seconds, work in steps:
+        p = sum(w[1] for w in work)
+        d = sum(w[2] for w in work)
+        k = sum(w[3] for w in work)
+        zeus.device.sim.set_power(0, IDLE_W + (A * p + B * d) / seconds + C * k)
+        e0 = zeus.device.sim.true_energy(0)
+        zeus.device.sim.advance(seconds)
+        step_j = zeus.device.sim.true_energy(0) - e0
+        ids = [f"r{w[0]}" for w in work]
+        ledger.end_step(ids, [w[1] for w in work], [w[2] for w in work], [w[3] for w in work])
+        tokens = p + d
+        for rid, w in zip(ids, work):
+            share = (w[1] + w[2]) / tokens if tokens else 1 / len(work)
+            truth[rid] = truth.get(rid, 0.0) + step_j * share
+        zeus.device.sim.set_power(0, IDLE_W)
+        ledger.begin_step()
+    return truth
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=steps_strategy, method=st.sampled_from(["time", "tokens", "work"]))
+def test_records_and_residual_add_up_to_the_measured_energy(sim_gpus, steps, method):
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, IDLE_W)
+    e0 = zeus.device.sim.true_energy(0)
+    ledger = EnergyLedger(ZeusMonitor(gpu_indices=[0]), method=method, min_spans=2, span_s=0.1)
+    truth = run_steps(ledger, steps)
+    totals = ledger.close()
+    true_j = zeus.device.sim.true_energy(0) - e0
+    # The counter counts whole millijoules.
+    assert totals.measured == pytest.approx(true_j, abs=2e-3)
+    assert totals.pending == 0.0
+    records = list(ledger.records)
+    assert {r.request_id for r in records} == set(truth)
+    attributed = sum(r.energy for r in records)
+    assert attributed + totals.residual == pytest.approx(totals.measured, rel=1e-9, abs=1e-9)
+    assert totals.requests == pytest.approx(attributed, rel=1e-9, abs=1e-9)
+    for r in records:
+        assert not r.finished  # none was finished: reported at close
+        assert r.method == method
+        assert r.energy >= 0 and r.prefill_energy + r.decode_energy == pytest.approx(r.energy)
+        if method == "tokens":
+            # Each step's energy is a counter difference: whole millijoules.
+            assert r.energy == pytest.approx(truth[r.request_id], abs=2e-3 * len(steps))
+
+
+def test_work_learns_the_power_model_and_splits_by_it(sim_gpus):
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, IDLE_W)
+    ledger = EnergyLedger(ZeusMonitor(gpu_indices=[0]), method="work", span_s=0.3, min_spans=6)
+    # Four requests in turns of prefill and decode with growing contexts, some idle gaps.
+    steps = []
+    for k in range(400):
+        work = []
+        for i in range(4):
+            if (k + 13 * i) % 97 < 3:
+                work.append((i, 128 + 40 * i, 0, 128 + 40 * i))
+            elif (k + 7 * i) % 11:
+                work.append((i, 0, 1, 200 + ((k * (i + 1)) % 1500)))
+        steps.append((0.015 + 0.0001 * (k % 17), work))
+    run_steps(ledger, steps)
+    for i in range(4):
+        ledger.finish(f"r{i}", output_tokens=100)
+    ledger.close()
+    w = ledger.weights()
+    assert w is not None
+    assert w.idle_w == pytest.approx(IDLE_W, rel=0.02)
+    assert w.prefill_j == pytest.approx(A, rel=0.02)
+    assert w.decode_j == pytest.approx(B, rel=0.02)
+    assert w.kv_w == pytest.approx(C, rel=0.02)
+    assert all(r.finished and r.fitted for r in ledger.records)
+    assert all(r.joules_per_output_token == r.energy / 100 for r in ledger.records)
+
+
+def test_bad_steps_are_refused_and_their_energy_kept(sim_gpus):
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, 200.0)
+    ledger = EnergyLedger(ZeusMonitor(gpu_indices=[0]), method="time")
+    e0 = zeus.device.sim.true_energy(0)
+    zeus.device.sim.advance(0.1)
+    with pytest.raises(ValueError, match="2 request ids but 1 prefill"):
+        ledger.end_step(["a", "b"], [1], [0, 0], [1, 1])
+    zeus.device.sim.advance(0.1)
+    with pytest.raises(ValueError, match="'a' appears twice"):
+        ledger.end_step(["a", "a"], [1, 1], [0, 0], [1, 1])
+    zeus.device.sim.advance(0.1)
+    with pytest.raises(ValueError, match="-3"):
+        ledger.end_step(["a"], [-3], [0], [1])
+    with pytest.raises(ValueError, match="not open"):
+        ledger.finish("nobody")
+    with pytest.raises(ValueError, match="unknown attribution method 'joules'"):
+        EnergyLedger(ZeusMonitor(gpu_indices=[0]), method="joules")  # type: ignore[arg-type]
+    totals = ledger.close()
+    assert totals.measured == pytest.approx(zeus.device.sim.true_energy(0) - e0, abs=2e-3)
+    # Nothing was attributed to a refused step: the energy is the residual's.
+    assert totals.residual == pytest.approx(totals.measured, rel=1e-9)
+
+
+def test_records_reach_the_log_the_callback_and_the_aggregates(sim_gpus, tmp_path: Path):
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, 300.0)
+    seen: list[RequestEnergy] = []
+    log = tmp_path / "ledger.jsonl"
+    with EnergyLedger(
+        ZeusMonitor(gpu_indices=[0]), method="tokens", model="m", log_path=log, callback=seen.append
+    ) as ledger:
+        ledger.arrive("a", labels={"tenant": "x"})
+        ledger.arrive("b", model="other")
+        zeus.device.sim.advance(0.02)
+        ledger.end_step(["a", "b"], [30, 10], [0, 0], [30, 10])
+        zeus.device.sim.advance(0.02)
+        ledger.end_step(["a", "b"], [0, 0], [1, 1], [31, 11])
+        ledger.finish("a")
+        ledger.finish("b", output_tokens=7)
+    assert [r.request_id for r in seen] == ["a", "b"]
+    a, b = seen
+    assert (a.model, a.labels, b.model, b.labels) == ("m", {"tenant": "x"}, "other", {})
+    assert a.output_tokens == 2  # a decode token, plus the one the prefill produced
+    assert b.output_tokens == 7
+    assert a.energy == pytest.approx(300 * 0.02 * (30 / 40 + 1 / 2), abs=2e-3)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["request_id"] for x in lines] == ["a", "b"]
+    assert lines[0]["energy"] == a.energy and lines[0]["gpu_energy"] == {"0": a.energy}
+    assert math.isclose(lines[1]["joules_per_output_token"], b.energy / 7)
+    agg = {(g.model, tuple(g.labels.items())): g for g in ledger.aggregates()}
+    assert agg[("m", (("tenant", "x"),))].energy == a.energy
+    assert agg[("other", ())].output_tokens == 7
