@@ -660,6 +660,23 @@ impl EnergyMonitor {
         Some(sum)
     }
 
+    /// Monitored GPU `k`'s counter updates after `after` as the sampler placed them: `(the
+    /// moment the value describes, J on one scale across resets, how far off the moment may
+    /// be)`, oldest first. `None` unless the GPU is read through the sampler in its cached
+    /// mode. The serving ledger fits its cost model between these.
+    pub fn anchors_after(&self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
+        let w = self.watched(k)?;
+        w.with_track(|t| {
+            (t.mode() == Mode::Cached).then(|| {
+                t.anchors()
+                    .iter()
+                    .filter(|a| a.t > after)
+                    .map(|a| (a.t, a.joules, a.t_err))
+                    .collect()
+            })
+        })
+    }
+
     /// Counter reads at a window edge for the GPUs the sampler has switched to direct reads
     /// (its model does not fit their board); empty when none has.
     fn safe_reads(&self) -> GpuResult<Vec<Option<u64>>> {

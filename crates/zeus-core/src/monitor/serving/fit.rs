@@ -58,9 +58,13 @@ pub struct Weights {
     pub kv_w: f64,
     /// Standard errors of the four weights, in the same order (∞ where the data cannot tell).
     pub std_err: [f64; TERMS],
+    /// Their covariance (∞ on the diagonal where the data cannot tell).
+    pub cov: [[f64; TERMS]; TERMS],
     /// Root-mean-square misfit of a span's energy, J, and relative to the mean span energy.
     pub rms_j: f64,
     pub rms_rel: f64,
+    /// Mean energy of a fitted span, J.
+    pub mean_j: f64,
     /// Number of spans fitted.
     pub spans: usize,
 }
@@ -68,6 +72,54 @@ pub struct Weights {
 impl Weights {
     pub fn as_array(&self) -> [f64; TERMS] {
         [self.idle_w, self.prefill_j, self.decode_j, self.kv_w]
+    }
+
+    /// The model of a sum of GPUs from each GPU's own: the weights add, and so do the
+    /// variances (each GPU's spans are fitted on its own counter).
+    pub fn sum(parts: &[Weights]) -> Option<Weights> {
+        let first = parts.first()?;
+        let mut w = *first;
+        for p in &parts[1..] {
+            w.idle_w += p.idle_w;
+            w.prefill_j += p.prefill_j;
+            w.decode_j += p.decode_j;
+            w.kv_w += p.kv_w;
+            for k in 0..TERMS {
+                w.std_err[k] = w.std_err[k].hypot(p.std_err[k]);
+                for j in 0..TERMS {
+                    w.cov[k][j] += p.cov[k][j];
+                }
+            }
+            w.rms_j = w.rms_j.hypot(p.rms_j);
+            w.mean_j += p.mean_j;
+            w.spans = w.spans.min(p.spans);
+        }
+        w.rms_rel = if w.mean_j > 0.0 {
+            w.rms_j / w.mean_j
+        } else {
+            0.0
+        };
+        Some(w)
+    }
+
+    /// The standard deviation of `g · weights` (J when `g` is in the terms' units), from the
+    /// weights' covariance: how far a linear function of the weights may move.
+    pub fn spread(&self, g: &[f64; TERMS]) -> f64 {
+        let mut var = 0.0;
+        for i in 0..TERMS {
+            if g[i] == 0.0 {
+                continue;
+            }
+            if !self.cov[i][i].is_finite() {
+                return f64::INFINITY;
+            }
+            for j in 0..TERMS {
+                if g[j] != 0.0 {
+                    var += g[i] * g[j] * self.cov[i][j];
+                }
+            }
+        }
+        var.max(0.0).sqrt()
     }
 
     /// How many standard errors a weight's bound spans: about two with many spans, more with
@@ -186,23 +238,36 @@ impl WorkFit {
         }
         let dof = self.n.saturating_sub(set.len()).max(1) as f64;
         let sigma2 = ssr / dof;
-        // Standard errors from the inverse of X'X over the active terms; a term held at zero
-        // by the constraint keeps the error of its own column alone (how far it could rise).
-        let mut std_err = [f64::INFINITY; TERMS];
-        let m: Vec<Vec<f64>> = set
+        // Standard errors from the inverse of X'X over every term seen, not just the active
+        // ones: a term the constraint holds at zero may be there only because another term
+        // moves with it (decode tokens grow with time when a full batch decodes all along),
+        // and then both are uncertain, however well the pair fits. Where X'X is singular
+        // (the data cannot tell the terms apart at all) they stay infinite.
+        let mut cov = [[0.0; TERMS]; TERMS];
+        for (i, row) in cov.iter_mut().enumerate() {
+            if !seen.contains(&i) {
+                row[i] = f64::INFINITY;
+            }
+        }
+        let m: Vec<Vec<f64>> = seen
             .iter()
-            .map(|&i| set.iter().map(|&j| a(i, j)).collect())
+            .map(|&i| seen.iter().map(|&j| a(i, j)).collect())
             .collect();
-        if let Some(inv) = invert_spd(&m) {
-            for (k, &i) in set.iter().enumerate() {
-                std_err[i] = (sigma2 * inv[k][k]).max(0.0).sqrt() * scale[i];
+        match invert_spd(&m) {
+            Some(inv) => {
+                for (k, &i) in seen.iter().enumerate() {
+                    for (l, &j) in seen.iter().enumerate() {
+                        cov[i][j] = sigma2 * inv[k][l] * scale[i] * scale[j];
+                    }
+                }
+            }
+            None => {
+                for &i in &seen {
+                    cov[i][i] = f64::INFINITY;
+                }
             }
         }
-        for &i in &seen {
-            if !set.contains(&i) {
-                std_err[i] = (sigma2 / a(i, i)).sqrt() * scale[i];
-            }
-        }
+        let std_err: [f64; TERMS] = std::array::from_fn(|i| cov[i][i].max(0.0).sqrt());
         let mean_y = self.y_sum / self.n as f64;
         let rms = sigma2.sqrt();
         Some(Weights {
@@ -211,8 +276,10 @@ impl WorkFit {
             decode_j: w[2],
             kv_w: w[3],
             std_err,
+            cov,
             rms_j: rms,
             rms_rel: if mean_y > 0.0 { rms / mean_y } else { 0.0 },
+            mean_j: mean_y,
             spans: self.n,
         })
     }

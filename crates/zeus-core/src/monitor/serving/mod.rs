@@ -20,6 +20,7 @@
 //! sampler, `docs/measurement-uncertainty.md`) and, with `work`, what the fitted weights'
 //! standard errors and the model's misfit allow its share to move.
 
+mod anchored;
 pub mod fit;
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,30 @@ use std::collections::HashMap;
 pub use fit::{Features, Weights, WorkFit};
 
 use super::{MonitorError, MonitorResult};
+use anchored::AnchoredFits;
+
+/// What the measurement knows once it has settled, for the `work` fit (see [`Ledger::settle`]).
+pub trait Settled {
+    /// The energy (J) of `[t0, t1]` summed over the ledger's GPUs, once final (the sampler's
+    /// estimate once the counter has updated past `t1`); `None` if not yet.
+    fn energy(&mut self, t0: f64, t1: f64) -> Option<f64>;
+    /// GPU `k`'s (in the ledger's order) counter updates after `after`, oldest first: the
+    /// moment each value describes, the value (J, on one scale across counter resets), and how
+    /// far off the moment may be (s). `None` where the GPU is not read through the sampler.
+    fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>>;
+}
+
+/// Nothing settles: the fit takes the cuts' sums (exact cuts, or no sampler).
+pub struct NothingSettled;
+
+impl Settled for NothingSettled {
+    fn energy(&mut self, _: f64, _: f64) -> Option<f64> {
+        None
+    }
+    fn anchors(&mut self, _: usize, _: f64) -> Option<Vec<(f64, f64, f64)>> {
+        None
+    }
+}
 
 /// How a step's energy is split among its requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,6 +289,7 @@ pub struct Ledger {
     span_t0: f64,
     unfitted: std::collections::VecDeque<Unfitted>,
     fit: WorkFit,
+    anchored: AnchoredFits,
     weights: Option<Weights>,
     scratch: Vec<f64>,
 }
@@ -309,6 +335,7 @@ impl Ledger {
             span_t0: now,
             unfitted: std::collections::VecDeque::new(),
             fit: WorkFit::default(),
+            anchored: AnchoredFits::new(n_gpus),
             weights: None,
             scratch: Vec::new(),
         })
@@ -588,45 +615,38 @@ impl Ledger {
         let n = work.len() as f64;
         let method = self.opts.method;
         let fitted = method != Method::Work || weights.is_some();
-        // Each request's dynamic cost in the step and the step's sum.
-        let cost = |w: &Work| -> (f64, f64) {
+        // Each request's terms in the step: its equal part of the step's time (static power
+        // holds for everyone in the step alike), its prefill and decode tokens, its KV-cache
+        // token-seconds; and what the rule makes of them (`work`: the model's energy).
+        let terms = |w: &Work| [seconds / n, w.prefill, w.decode, w.kv * seconds];
+        let cost = |x: &[f64; fit::TERMS]| -> (f64, f64) {
             match (method, weights) {
                 (Method::Time, _) => (0.0, 0.0),
+                // Prefill's part, and the rest (static, decode, KV cache).
                 (_, Some(m)) => (
-                    m.prefill_j * w.prefill,
-                    m.decode_j * w.decode + m.kv_w * w.kv * seconds,
+                    m.prefill_j * x[1],
+                    m.idle_w * x[0] + m.decode_j * x[2] + m.kv_w * x[3],
                 ),
-                _ => (w.prefill, w.decode),
+                _ => (x[1], x[2]),
             }
         };
         let mut sum = 0.0;
-        let mut sums = [0.0f64; 3];
+        let mut sums = [0.0f64; fit::TERMS];
         for (_, w) in work {
-            let (p, d) = cost(w);
+            let x = terms(w);
+            let (p, d) = cost(&x);
             sum += p + d;
-            sums[0] += w.prefill;
-            sums[1] += w.decode;
-            sums[2] += w.kv * seconds;
+            for (acc, v) in sums.iter_mut().zip(x) {
+                *acc += v;
+            }
         }
         // A step whose requests cost nothing by the rule (time, or no tokens): equal shares.
         let equal = sum <= 0.0;
-        // With fitted weights: how far each share may move, from the weights' standard errors
-        // (first order: d share / d weight_k = (x_k - share * X_k) / sum), and the model's
-        // misfit.
-        let spread = weights.map(|m| {
-            (
-                [
-                    m.reach() * m.std_err[1].min(1e300),
-                    m.reach() * m.std_err[2].min(1e300),
-                    m.reach() * m.std_err[3].min(1e300),
-                ],
-                2.0 * m.rms_rel,
-            )
-        });
         let mut attributed = 0.0;
         let last = work.len().saturating_sub(1);
         for (i, (k, w)) in work.iter().enumerate() {
-            let (p, d) = cost(w);
+            let x = terms(w);
+            let (p, d) = cost(&x);
             let share = if equal { 1.0 / n } else { (p + d) / sum };
             let prefill_part = if p + d > 0.0 {
                 p / (p + d)
@@ -644,16 +664,17 @@ impl Ledger {
             attributed += e;
             // (0 × an infinite bound is no uncertainty, not NaN.)
             let mut b = if share > 0.0 { bound * share } else { 0.0 };
-            match spread {
-                Some((two_se, misfit)) if !equal => {
-                    let x = [w.prefill, w.decode, w.kv * seconds];
-                    let mut moved = 0.0;
-                    for j in 0..3 {
-                        moved += (x[j] - share * sums[j]).abs() * two_se[j];
-                    }
-                    b += total * ((moved / sum).min(1.0) + misfit * share);
+            match weights {
+                Some(m) if !equal => {
+                    // How far the share may move with the weights: first order, with their
+                    // covariance (d share / d weight_k = (x_k - share · X_k) / sum), so that
+                    // two terms the data cannot tell apart but that move shares alike do not
+                    // count as uncertain; and the model's misfit.
+                    let g: [f64; fit::TERMS] = std::array::from_fn(|j| x[j] - share * sums[j]);
+                    b += total
+                        * ((m.reach() * m.spread(&g) / sum).min(1.0) + 2.0 * m.rms_rel * share);
                 }
-                Some((_, misfit)) => b += total * misfit * share,
+                Some(m) => b += total * 2.0 * m.rms_rel * share,
                 None if !fitted => b += e, // split by tokens, not by a model: anything goes
                 None => {}
             }
@@ -687,6 +708,7 @@ impl Ledger {
             self.slots[*k as usize].pending += 1;
         }
         self.pending_work.extend_from_slice(work);
+        self.anchored.record(self.now - cut.seconds, self.now, f);
         let energy: f64 = cut.energy.iter().sum();
         self.pending.push(Pending {
             features: f,
@@ -705,17 +727,17 @@ impl Ledger {
         }
     }
 
-    /// `work`: fit the closed spans whose energy has settled. `settled(t0, t1)` answers the
-    /// energy of `[t0, t1]` summed over the ledger's GPUs once the measurement is final (the
-    /// sampler's estimate once the counter has updated past `t1`), or `None` if it is not yet;
-    /// a span it never answers for is fitted with its cuts' sum after [`SETTLE_GIVE_UP_S`].
-    /// Cheap when nothing is due: call it after every step.
+    /// `work`: fit what has settled; cheap when nothing has (call it after every step).
     ///
-    /// The fit takes settled energies because a cut's end is extrapolated (the counter has
-    /// not updated yet): a span's edges are each off by a few joules while the power changes
-    /// every step, which the fit would read as noise in every weight. Attribution does not
-    /// change: steps keep the energy their cuts measured, so conservation is untouched.
-    pub fn settle(&mut self, settled: &mut dyn FnMut(f64, f64) -> Option<f64>) {
+    /// Each GPU's model is fitted on spans between its counter's updates
+    /// ([`Settled::anchors`], see `anchored.rs`), where the energy is known to the counter's
+    /// resolution; the engine's model is their sum once every GPU has `min_spans` spans. Until
+    /// then (and for good where a GPU is not read through the sampler) the model is fitted on
+    /// the ledger's own spans, with their energy once settled ([`Settled::energy`]: asked
+    /// [`SETTLE_AFTER_S`] after a span ends, its cuts' sum after [`SETTLE_GIVE_UP_S`]).
+    /// Attribution does not change: steps keep the energy their cuts measured, so conservation
+    /// is untouched.
+    pub fn settle(&mut self, src: &mut dyn Settled) {
         if self.opts.method != Method::Work {
             return;
         }
@@ -724,7 +746,7 @@ impl Ledger {
             if self.now < u.t1 + SETTLE_AFTER_S {
                 break;
             }
-            let energy = match settled(u.t0, u.t1) {
+            let energy = match src.energy(u.t0, u.t1) {
                 Some(e) if e.is_finite() && e >= 0.0 => e,
                 _ if self.now >= u.t1 + SETTLE_GIVE_UP_S => u.measured,
                 _ => break,
@@ -733,14 +755,27 @@ impl Ledger {
             self.unfitted.pop_front();
             refit = true;
         }
+        for k in 0..self.n_gpus {
+            let after = self.anchored.after(k);
+            if let Some(anchors) = src.anchors(k, after) {
+                refit |= self.anchored.add_anchors(k, &anchors);
+            }
+        }
         if refit {
-            self.weights = self.fit.solve(self.opts.min_spans);
+            self.refit();
         }
         if !self.spans.is_empty()
             && (self.weights.is_some() || self.waited() > self.opts.max_wait_s)
         {
             self.attribute_spans();
         }
+    }
+
+    /// The model from the anchored fits where every GPU has enough spans, else from the
+    /// ledger's own spans.
+    fn refit(&mut self) {
+        let min = self.opts.min_spans;
+        self.weights = self.anchored.weights(min).or_else(|| self.fit.solve(min));
     }
 
     /// Seconds of steps waiting in closed spans.
@@ -823,10 +858,8 @@ impl Ledger {
                         // How far the step's part of the span may move with the weights
                         // (first order in each weight's standard error, as for shares).
                         let (x, xs) = (p.as_array(), span.features.as_array());
-                        let moved: f64 = (0..fit::TERMS)
-                            .map(|k| (x[k] - f * xs[k]).abs() * m.reach() * m.std_err[k].min(1e300))
-                            .sum();
-                        let spread = span_total * (moved / predicted).min(1.0);
+                        let g: [f64; fit::TERMS] = std::array::from_fn(|k| x[k] - f * xs[k]);
+                        let spread = span_total * (m.reach() * m.spread(&g) / predicted).min(1.0);
                         (e, if f > 0.0 { span.bound * f } else { 0.0 } + spread)
                     }
                     _ => {
@@ -927,18 +960,26 @@ impl Ledger {
 
     /// Attribute everything still pending (with the weights fitted so far, or by tokens), and
     /// report every request still open as unfinished. The ledger stays usable.
-    /// `settled` as for [`Ledger::settle`]: spans it cannot answer for yet are fitted with
-    /// their cuts' sum.
-    pub fn flush(&mut self, include_open: bool, settled: &mut dyn FnMut(f64, f64) -> Option<f64>) {
+    ///
+    /// `src` as for [`Ledger::settle`]: the ledger's spans it cannot answer for yet are
+    /// fitted with their cuts' sums.
+    pub fn flush(&mut self, include_open: bool, src: &mut dyn Settled) {
         if self.opts.method == Method::Work {
             self.close_span();
             while let Some(u) = self.unfitted.pop_front() {
-                let energy = settled(u.t0, u.t1)
+                let energy = src
+                    .energy(u.t0, u.t1)
                     .filter(|e| e.is_finite() && *e >= 0.0)
                     .unwrap_or(u.measured);
                 self.fit.add(&u.features, energy);
             }
-            self.weights = self.fit.solve(self.opts.min_spans);
+            for k in 0..self.n_gpus {
+                let after = self.anchored.after(k);
+                if let Some(anchors) = src.anchors(k, after) {
+                    self.anchored.add_anchors(k, &anchors);
+                }
+            }
+            self.refit();
             self.attribute_spans();
         }
         if include_open {

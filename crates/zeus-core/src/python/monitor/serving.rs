@@ -4,10 +4,22 @@
 
 use super::energy::PyZeusMonitor;
 use super::*;
-use crate::monitor::serving::{Cut, Ledger, LedgerOptions, Method as LedgerMethod, Work};
+use crate::monitor::serving::{Cut, Ledger, LedgerOptions, Method as LedgerMethod, Settled, Work};
 use crate::monitor::EnergyMonitor;
 
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
+
+/// What the monitor's sampler knows once it has settled.
+struct FromMonitor<'a>(&'a EnergyMonitor);
+
+impl Settled for FromMonitor<'_> {
+    fn energy(&mut self, t0: f64, t1: f64) -> Option<f64> {
+        self.0.settled_energy(t0, t1)
+    }
+    fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
+        self.0.anchors_after(k, after)
+    }
+}
 
 struct State {
     ledger: Ledger,
@@ -36,9 +48,7 @@ impl State {
     fn settle(&mut self) -> PyResult<()> {
         let monitor = self.monitor.get();
         let ledger = &mut self.ledger;
-        monitor.with_core(|m: &mut EnergyMonitor| {
-            ledger.settle(&mut |t0, t1| m.settled_energy(t0, t1))
-        })
+        monitor.with_core(|m: &mut EnergyMonitor| ledger.settle(&mut FromMonitor(m)))
     }
 
     /// Cut the window: the energy and bound of each GPU since the last cut, and the time.
@@ -278,10 +288,8 @@ impl PyEnergyLedger {
         let mut st = lock(&self.state);
         let st = &mut *st;
         let monitor = st.monitor.get();
-        monitor.with_core(|m: &mut EnergyMonitor| {
-            st.ledger
-                .flush(include_open, &mut |t0, t1| m.settled_energy(t0, t1))
-        })
+        monitor
+            .with_core(|m: &mut EnergyMonitor| st.ledger.flush(include_open, &mut FromMonitor(m)))
     }
 
     /// Energy totals, J: `measured == requests + residual + pending`.
@@ -368,9 +376,7 @@ impl PyEnergyLedger {
         st.ledger.gap(cut, now).py_err(py)?;
         let monitor = st.monitor.get();
         let ledger = &mut st.ledger;
-        monitor.with_core(|m: &mut EnergyMonitor| {
-            ledger.flush(true, &mut |t0, t1| m.settled_energy(t0, t1))
-        })?;
+        monitor.with_core(|m: &mut EnergyMonitor| ledger.flush(true, &mut FromMonitor(m)))?;
         st.open = false;
         let key = st.key.clone();
         st.monitor
