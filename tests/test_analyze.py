@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,217 @@ def test_a_json_line_broken_before_the_last_is_an_error(tmp_path: Path):
     log.write_text("\n".join(lines))
     with pytest.raises(ValueError, match="line 4 is not JSON"):
         energy(log)
+
+
+# ---------------------------------------------------------------------------------------------
+# EnergyLedger logs: `read_ledger_log`, the J/token-by-batch table, `plot_serving`, `serving`.
+
+
+def ledger_line(rid: str, model: str, energy: float, tokens: float, batch: float, **kw) -> str:
+    """One log line as `EnergyLedger` writes it (`RequestEnergy.to_json()`)."""
+    from zeus.monitor.serving import RequestEnergy
+
+    fields = dict(
+        request_id=rid,
+        model=model,
+        labels={},
+        method="tokens",
+        arrival=0.0,
+        first_step=0.0,
+        finish=1.0,
+        finished=True,
+        energy=energy,
+        energy_bound=0.01,
+        prefill_energy=energy / 4,
+        decode_energy=energy * 3 / 4,
+        gpu_energy={0: energy},
+        prefill_tokens=100.0,
+        decode_tokens=tokens,
+        output_tokens=tokens,
+        steps=int(tokens),
+        mean_batch=batch,
+        fitted=True,
+    )
+    fields.update(kw)
+    return json.dumps(RequestEnergy(**fields).to_json())  # type: ignore[arg-type]
+
+
+# (model, J, output tokens, mean batch): J/token 2, 4, 3 at batch 1-2; 1, 0.5 at 4-8; 0.25 at 16.
+SYNTHETIC = [
+    ("llama", 20.0, 10, 1.0),
+    ("llama", 40.0, 10, 1.5),
+    ("llama", 30.0, 10, 1.99),
+    ("llama", 10.0, 10, 4.0),
+    ("llama", 5.0, 10, 7.5),
+    ("llama", 2.5, 10, 16.0),
+    ("qwen", 9.0, 3, 2.0),
+]
+
+
+def synthetic_log(path: Path) -> Path:
+    lines = [ledger_line(f"r{k}", *row) for k, row in enumerate(SYNTHETIC)]
+    # Not in the table: unfinished, no token generated, never ran in a step.
+    lines.append(ledger_line("open", "llama", 99.0, 10, 1.0, finished=False))
+    lines.append(ledger_line("silent", "llama", 7.0, 0, 1.0))
+    lines.append(ledger_line("never", "llama", 0.0, 0, 0.0, steps=0))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_read_ledger_log_reads_what_the_ledger_wrote(sim_gpus, tmp_path: Path):
+    import zeus.device.sim
+    from zeus.analyze import read_ledger_log
+    from zeus.monitor import ZeusMonitor
+    from zeus.monitor.serving import EnergyLedger
+
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, 300.0)
+    log = tmp_path / "ledger.jsonl"
+    with EnergyLedger(
+        ZeusMonitor(gpu_indices=[0]), method="tokens", model="m", log_path=log
+    ) as ledger:
+        ledger.arrive("a", labels={"tenant": "x"})
+        ledger.arrive("b", model="other")
+        ledger.arrive("c")
+        zeus.device.sim.advance(0.02)
+        ledger.end_step(["a", "b", "c"], [30, 10, 5], [0, 0, 0], [30, 10, 5])
+        zeus.device.sim.advance(0.02)
+        ledger.end_step(["a", "b"], [0, 0], [1, 1], [31, 11])
+        ledger.finish("a")
+        ledger.finish("b", output_tokens=7)
+    records = read_ledger_log(log)
+    written = {r.request_id: r for r in ledger.records}
+    assert [r.request_id for r in records] == ["a", "b", "c"]
+    for r in records:
+        w = written[r.request_id]
+        assert (r.model, r.labels, r.method, r.finished) == (
+            w.model,
+            w.labels,
+            "tokens",
+            w.finished,
+        )
+        assert (r.energy, r.energy_bound, r.output_tokens) == (
+            w.energy,
+            w.energy_bound,
+            w.output_tokens,
+        )
+        assert (r.prefill_energy, r.decode_energy) == (w.prefill_energy, w.decode_energy)
+        assert (r.steps, r.mean_batch) == (w.steps, w.mean_batch)
+        if w.output_tokens:
+            assert r.joules_per_output_token == w.joules_per_output_token
+    assert [r.mean_batch for r in records] == [2.5, 2.5, 3.0]
+    assert not records[2].finished  # `c` was open at the close
+
+
+def test_read_ledger_log_names_the_bad_line(tmp_path: Path):
+    from zeus.analyze import read_ledger_log
+
+    log = synthetic_log(tmp_path / "ledger.jsonl")
+    lines = log.read_text().splitlines()
+    assert len(read_ledger_log(log)) == len(lines)
+    # A last line cut short by a killed process (no newline after it) is left out.
+    log.write_text("\n".join(lines) + "\n" + lines[0][:30])
+    assert len(read_ledger_log(log)) == len(lines)
+    # Blank lines are skipped.
+    log.write_text("\n".join(lines[:2]) + "\n\n" + lines[2] + "\n")
+    assert len(read_ledger_log(log)) == 3
+    for k, bad, message in (
+        (2, lines[2][:30], "line 3 is not JSON"),
+        (
+            1,
+            '{"request_id": "x", "model": "m"}',
+            "line 2 is not an EnergyLedger record.*no finished, energy, output_tokens, mean_batch",
+        ),
+        (0, "[1, 2]", "line 1 is not an EnergyLedger record"),
+        (3, lines[3].replace('"energy": 10.0', '"energy": "ten"'), "line 4: energy 'ten' is not"),
+        (4, lines[4].replace('"finished": true', '"finished": 1'), "line 5: finished 1 is not"),
+    ):
+        broken = list(lines)
+        broken[k] = bad
+        log.write_text("\n".join(broken) + "\n")
+        with pytest.raises(ValueError, match=message):
+            read_ledger_log(log)
+    # A broken last line followed by a newline was written whole: an error.
+    log.write_text("\n".join([*lines[:2], lines[2][:30]]) + "\n")
+    with pytest.raises(ValueError, match="line 3 is not JSON"):
+        read_ledger_log(log)
+
+
+def test_the_table_has_the_median_joules_per_token_of_each_batch_range(tmp_path: Path):
+    from zeus.analyze import format_batch_table, joules_per_token_by_batch, read_ledger_log
+
+    buckets = joules_per_token_by_batch(read_ledger_log(synthetic_log(tmp_path / "l.jsonl")))
+    got = [
+        (b.model, b.low, b.high, b.requests, b.median_batch, b.median_joules_per_output_token)
+        for b in buckets
+    ]
+    assert got == [
+        ("llama", 1.0, 2.0, 3, 1.5, 3.0),  # J/token 2, 4, 3
+        ("llama", 4.0, 8.0, 2, 5.75, 0.75),  # 1 and 0.5
+        ("llama", 16.0, 32.0, 1, 16.0, 0.25),
+        ("qwen", 2.0, 4.0, 1, 2.0, 3.0),
+    ]
+    table = format_batch_table(buckets).splitlines()
+    assert table[0].split() == [
+        "model",
+        "mean",
+        "batch",
+        "requests",
+        "median",
+        "batch",
+        "median",
+        "J/token",
+    ]
+    assert table[1].split() == ["llama", "[1,", "2)", "3", "1.5", "3"]
+    assert table[2].split() == ["llama", "[4,", "8)", "2", "5.75", "0.75"]
+    assert table[4].split() == ["qwen", "[2,", "4)", "1", "2", "3"]
+
+
+def test_the_serving_command_prints_the_table_and_plots_a_png(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    log = synthetic_log(tmp_path / "ledger.jsonl")
+    out = tmp_path / "jpt.png"
+    r = subprocess.run(
+        [sys.executable, "-m", "zeus.analyze", "serving", str(log), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["llama", "[1,", "2)", "3", "1.5", "3"]
+    assert lines[-1] == str(out)
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", data[16:24]) == (1200, 600)
+    # Without --out: the table only.
+    r = subprocess.run(
+        [sys.executable, "-m", "zeus.analyze", "serving", str(log)], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and r.stdout.splitlines() == lines[:-1], r.stderr
+    # A bad line: one line of error naming it, no traceback.
+    log.write_text(log.read_text().replace('"energy": 20.0', '"energy": null, "x": [', 1))
+    r = subprocess.run(
+        [sys.executable, "-m", "zeus.analyze", "serving", str(log)], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "line 1 is not JSON" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plot_serving_draws_every_request_and_the_medians(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    from zeus.analyze import plot_serving
+
+    log = synthetic_log(tmp_path / "ledger.jsonl")
+    fig = plot_serving([log], tmp_path / "jpt.svg", (800, 400), title="t")
+    (ax,) = fig.axes
+    assert ax.get_title() == "t"
+    assert ax.get_yscale() == "log"  # 0.25 to 4 J/token
+    assert ax.get_xscale() == "log"  # batch 1 to 16
+    points = sorted(len(c.get_offsets()) for c in ax.collections)
+    assert points == [1, 6]  # qwen's one request, llama's six usable
+    medians = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert medians["llama: median per batch size range"] == [3.0, 0.75, 0.25]
+    assert (tmp_path / "jpt.svg").read_text().lstrip().startswith("<?xml")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(ledger_line("open", "m", 1.0, 1, 1.0, finished=False) + "\n")
+    with pytest.raises(ValueError, match="no finished request that generated tokens"):
+        plot_serving([empty], tmp_path / "x.png")

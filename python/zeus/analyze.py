@@ -15,10 +15,13 @@ Plots (matplotlib, the `plot` extra), each into a PNG, SVG or PDF:
   per window name (nested `step` and `epoch` windows get one each);
 - `plot_profile`: the time and energy per power limit of a `GlobalPowerLimitOptimizer` profile
   file (`profile_path=`), the chosen limit marked;
-- `plot_simulation`: energy and time per recurrence of `python -m zeus.simulate --output` runs.
+- `plot_simulation`: energy and time per recurrence of `python -m zeus.simulate --output` runs;
+- `plot_serving`: J per output token against batch size, one point per request of
+  `EnergyLedger(log_path=...)` logs (`read_ledger_log`), with each model's median per batch
+  size range (`joules_per_token_by_batch`, printed as a table by the command line).
 
-`python -m zeus.analyze energy|avg-power|plot|plot-windows|plot-profile|plot-simulation` is the
-command line.
+`python -m zeus.analyze energy|avg-power|plot|plot-windows|plot-profile|plot-simulation|serving`
+is the command line.
 """
 
 from __future__ import annotations
@@ -41,16 +44,22 @@ if TYPE_CHECKING:
     from zeus.optimizer.power_limit import OptimumSelector, PowerLimitMeasurement
 
 __all__ = [
+    "BatchBucket",
     "HistoryEntry",
+    "LedgerRecord",
     "PowerSeries",
     "Recurrence",
     "Window",
     "avg_power",
     "energy",
+    "format_batch_table",
+    "joules_per_token_by_batch",
     "plot_power",
     "plot_profile",
+    "plot_serving",
     "plot_simulation",
     "plot_windows",
+    "read_ledger_log",
     "read_monitor_log",
     "read_power_log",
     "read_profile",
@@ -553,6 +562,233 @@ def read_simulation_history(path: _Path) -> list[Recurrence]:
     return out
 
 
+@dataclass(frozen=True)
+class LedgerRecord:
+    """One request of an `EnergyLedger(log_path=...)` log, as `read_ledger_log` reads it.
+
+    The line is `RequestEnergy.to_json()`; the fields read are those below (the time stamps,
+    token counts and per-GPU split are not).
+
+    Attributes:
+        request_id: The engine's id of the request.
+        model: The model it was served by.
+        labels: Its user labels.
+        method: How step energy was split (`time`, `tokens`, `work`).
+        finished: False for a request still open when the ledger closed.
+        energy: Its energy, J.
+        energy_bound: The bound of `energy`, J.
+        prefill_energy: The part spent in prefill, J.
+        decode_energy: The part spent in decode, J.
+        output_tokens: Tokens it generated.
+        steps: Engine steps it ran in.
+        mean_batch: Mean number of requests in those steps.
+
+    """
+
+    request_id: str
+    model: str
+    labels: dict[str, str]
+    method: str
+    finished: bool
+    energy: float
+    energy_bound: float
+    prefill_energy: float
+    decode_energy: float
+    output_tokens: float
+    steps: int
+    mean_batch: float
+
+    @property
+    def joules_per_output_token(self) -> float:
+        """Energy per generated token, J (NaN for a request that generated none)."""
+        return self.energy / self.output_tokens if self.output_tokens else math.nan
+
+
+# Fields every line must have, and those read when present (with their value otherwise).
+_LEDGER_REQUIRED = ("request_id", "model", "finished", "energy", "output_tokens", "mean_batch")
+_LEDGER_OPTIONAL: dict[str, Any] = {
+    "labels": {},
+    "method": "",
+    "energy_bound": math.nan,
+    "prefill_energy": math.nan,
+    "decode_energy": math.nan,
+    "steps": 0,
+}
+
+
+def _ledger_float(key: str, value: Any) -> float:
+    if value is None:  # NaN, as `to_json` writes it
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{key} {value!r} is not a number")
+    return float(value)
+
+
+def _ledger_record(row: dict[str, Any]) -> LedgerRecord:
+    fields = {**_LEDGER_OPTIONAL, **row}
+    labels = fields["labels"]
+    if not isinstance(labels, dict):
+        raise TypeError(f"labels {labels!r} is not an object")
+    if not isinstance(fields["finished"], bool):
+        raise TypeError(f"finished {fields['finished']!r} is not true or false")
+    steps = fields["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, int):
+        raise TypeError(f"steps {steps!r} is not an integer")
+    numbers = {
+        key: _ledger_float(key, fields[key])
+        for key in (
+            "energy",
+            "energy_bound",
+            "prefill_energy",
+            "decode_energy",
+            "output_tokens",
+            "mean_batch",
+        )
+    }
+    return LedgerRecord(
+        request_id=str(fields["request_id"]),
+        model=str(fields["model"]),
+        labels={str(k): str(v) for k, v in labels.items()},
+        method=str(fields["method"]),
+        finished=fields["finished"],
+        steps=steps,
+        **numbers,
+    )
+
+
+def read_ledger_log(path: _Path) -> list[LedgerRecord]:
+    """The requests of an `EnergyLedger(log_path=...)` log (JSON lines), in the file's order.
+
+    Blank lines are skipped, and so is a last line cut short (not JSON, with no newline after
+    it), as a process killed while writing leaves it.
+
+    Raises:
+        ValueError: a line that is not JSON, not a ledger record, or has a field of the wrong
+            type; the message names the file and the line number.
+
+    """
+    name = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the last line of a process killed mid-write
+            raise ValueError(
+                f"{name!r} line {number} is not JSON ({e.msg}): {line.strip()[:80]}"
+            ) from None
+        missing = [k for k in _LEDGER_REQUIRED if k not in row] if isinstance(row, dict) else []
+        if not isinstance(row, dict) or missing:
+            raise ValueError(
+                f"{name!r} line {number} is not an EnergyLedger record"
+                + (f" (no {', '.join(missing)})" if missing else "")
+                + f": {line.strip()[:80]}"
+            )
+        try:
+            records.append(_ledger_record(row))
+        except TypeError as e:
+            raise ValueError(f"{name!r} line {number}: {e}") from None
+    return records
+
+
+@dataclass(frozen=True)
+class BatchBucket:
+    """Requests of one model whose mean batch size lies in `[low, high)`: their J per token.
+
+    Attributes:
+        model: The model.
+        low: The smallest mean batch size of the bucket (a power of two).
+        high: The bucket's end (twice `low`), exclusive.
+        requests: How many requests.
+        median_batch: Their median mean batch size.
+        median_joules_per_output_token: The median of their J per output token.
+
+    """
+
+    model: str
+    low: float
+    high: float
+    requests: int
+    median_batch: float
+    median_joules_per_output_token: float
+
+
+def _per_token_usable(r: LedgerRecord) -> bool:
+    """Finished, generated tokens, ran in steps: a J/token at a batch size."""
+    return (
+        r.finished
+        and r.output_tokens > 0
+        and math.isfinite(r.energy)
+        and math.isfinite(r.mean_batch)
+        and r.mean_batch > 0
+    )
+
+
+def joules_per_token_by_batch(records: Sequence[LedgerRecord]) -> list[BatchBucket]:
+    """The median J per output token of each model's requests, by mean batch size.
+
+    Buckets double: `[1, 2)`, `[2, 4)`, `[4, 8)`, ... (a mean below 1 goes to the first).
+    Only finished requests that generated tokens count: an unfinished one (open when the ledger
+    closed) spent energy on tokens it never delivered. The median is of each request's own
+    J/token, so a few long requests do not speak for the bucket.
+
+    Returns:
+        One bucket per model and batch size range holding requests: models in the order they
+        first appear, buckets by batch size.
+
+    """
+    groups: dict[str, dict[int, list[LedgerRecord]]] = {}
+    for r in records:
+        if not _per_token_usable(r):
+            continue
+        k = max(0, math.floor(math.log2(r.mean_batch)))
+        groups.setdefault(r.model, {}).setdefault(k, []).append(r)
+    out = []
+    for model, buckets in groups.items():
+        for k, rs in sorted(buckets.items()):
+            out.append(
+                BatchBucket(
+                    model=model,
+                    low=float(2**k),
+                    high=float(2 ** (k + 1)),
+                    requests=len(rs),
+                    median_batch=float(np.median([r.mean_batch for r in rs])),
+                    median_joules_per_output_token=float(
+                        np.median([r.joules_per_output_token for r in rs])
+                    ),
+                )
+            )
+    return out
+
+
+def format_batch_table(buckets: Sequence[BatchBucket]) -> str:
+    """`joules_per_token_by_batch`'s buckets as a text table, one line per bucket."""
+    header = ("model", "mean batch", "requests", "median batch", "median J/token")
+    rows = [
+        (
+            b.model or "(none)",
+            f"[{b.low:g}, {b.high:g})",
+            str(b.requests),
+            f"{b.median_batch:.3g}",
+            f"{b.median_joules_per_output_token:.4g}",
+        )
+        for b in buckets
+    ]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = []
+    for r in (header, *rows):
+        # The model name left-aligned, the figures right-aligned.
+        cells = [r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:]))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Plots.
 
@@ -906,12 +1142,105 @@ def plot_simulation(
     return _save(fig, output)
 
 
+def plot_serving(
+    paths: Sequence[_Path],
+    output: _Path,
+    size: tuple[int, int] = (1200, 600),
+    *,
+    title: str | None = None,
+) -> Any:
+    """Plot J per output token against batch size from `EnergyLedger` logs.
+
+    One point per finished request that generated tokens, at its mean batch size (the mean
+    number of requests in the engine steps it ran in), one colour per model; a line through
+    each model's medians per batch size bucket (`joules_per_token_by_batch`). The J/token axis
+    is logarithmic where the values span more than ten times, else from zero; the batch size
+    axis is logarithmic (base 2) where they span more than four times.
+
+    Args:
+        paths: `EnergyLedger(log_path=...)` logs (their requests are plotted together).
+        output: The image file (PNG, SVG, PDF).
+        size: Pixels, width and height.
+        title: The figure's title; default names the files and counts the requests.
+
+    Returns:
+        The matplotlib figure.
+
+    Raises:
+        ValueError: a file that is not such a log, or no finished request with tokens in all.
+
+    """
+    records = [r for p in paths for r in read_ledger_log(p)]
+    usable = [r for r in records if _per_token_usable(r)]
+    if not usable:
+        names = ", ".join(repr(os.fspath(p)) for p in paths)
+        raise ValueError(
+            f"{names} hold no finished request that generated tokens "
+            f"({len(records)} records, {sum(not r.finished for r in records)} unfinished)"
+        )
+    buckets = joules_per_token_by_batch(usable)
+    models = list(dict.fromkeys(r.model for r in usable))
+    fig, (ax,) = _figure(size)
+    for i, model in enumerate(models):
+        rs = [r for r in usable if r.model == model]
+        color = f"C{i % 10}"
+        ax.scatter(
+            [r.mean_batch for r in rs],
+            [r.joules_per_output_token for r in rs],
+            s=12,
+            alpha=0.5,
+            color=color,
+            label=f"{model or '(no model)'}: {len(rs)} request{'' if len(rs) == 1 else 's'}",
+        )
+        medians = [b for b in buckets if b.model == model]
+        ax.plot(
+            [b.median_batch for b in medians],
+            [b.median_joules_per_output_token for b in medians],
+            marker="D",
+            color=color,
+            label=f"{model or '(no model)'}: median per batch size range",
+        )
+    per_token = [r.joules_per_output_token for r in usable]
+    if min(per_token) > 0 and max(per_token) > 10 * min(per_token):
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    batch = [r.mean_batch for r in usable]
+    if max(batch) > 4 * min(batch):
+        ax.set_xscale("log", base=2)
+    else:
+        ax.set_xlim(left=0)
+    # Plain numbers (0.5, 16) on log axes too, not powers of ten or two; the minor ticks are
+    # labelled only where the major ones are few (values within a factor of 100).
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for axis, values in ((ax.xaxis, batch), (ax.yaxis, per_token)):
+        axis.set_major_formatter(plain)
+        few = min(values) > 0 and max(values) < 100 * min(values)
+        axis.set_minor_formatter(plain if few else NullFormatter())
+    ax.set_xlabel("mean batch size (requests per engine step)")
+    ax.set_ylabel("energy per output token (J)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="best")
+    files = ", ".join(os.path.basename(os.fspath(p)) for p in paths[:3])
+    if len(paths) > 3:
+        files = f"{len(paths)} logs"
+    ax.set_title(
+        title or f"Energy per output token against batch size: {files} ({len(usable)} requests)"
+    )
+    return _save(fig, output)
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line.
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m zeus.analyze energy|avg-power|plot|plot-windows|plot-profile|plot-simulation`."""
+    """`python -m zeus.analyze COMMAND`.
+
+    Commands: energy, avg-power, plot, plot-windows, plot-profile, plot-simulation, serving.
+    """
     from zeus.util import cli
 
     def image_options(c: Any, default_size: str = "1200x600") -> None:
@@ -1012,10 +1341,39 @@ def main(argv: list[str] | None = None) -> int:
             help="legend entry of each file, in order (default: the file names)",
         )
         image_options(ps)
+        sv = sub.add_parser(
+            "serving",
+            help="J per output token by batch size of EnergyLedger logs: a table, and a plot",
+        )
+        sv.add_argument("files", nargs="+", help="EnergyLedger(log_path=...) JSON-lines logs")
+        sv.add_argument(
+            "-o",
+            "--output",
+            "--out",
+            default=None,
+            help="also plot J/token against batch size into this image (.png, .svg, .pdf)",
+        )
+        sv.add_argument("--size", default="1200x600", help="pixels, WxH (default 1200x600)")
+        sv.add_argument("--title", default=None, help="the figure's title")
         a = p.parse_args(args)
         if a.command in ("energy", "avg-power"):
             f = energy if a.command == "energy" else avg_power
             print(f(a.logfile, start=a.start, end=a.end, gpu=a.gpu))
+            return 0
+        if a.command == "serving":
+            size = size_of(a.size)
+            records = [r for path in a.files for r in read_ledger_log(path)]
+            buckets = joules_per_token_by_batch(records)
+            if not buckets:
+                raise cli.CliError(
+                    f"no finished request that generated tokens in {', '.join(a.files)} "
+                    f"({len(records)} records)",
+                    "give logs written by EnergyLedger(log_path=...) after requests finished",
+                )
+            print(format_batch_table(buckets))
+            if a.output is not None:
+                plot_serving(a.files, a.output, size, title=a.title)
+                print(a.output)
             return 0
         size = size_of(a.size)
         if a.command == "plot":
