@@ -1,0 +1,283 @@
+"""Cost of per-request energy accounting (`zeus.monitor.serving.EnergyLedger`) in LLM serving.
+
+(a) The ledger's cost per engine step through the Python API, on the simulated GPU: a decode
+    step of 1, 64 and 256 requests (`end_step`, and `begin_step` + `end_step` as the
+    transformers adapter calls them), less the same loop calling a no-op with the same
+    arguments; a bare `ZeusMonitor.cut_window` for reference. Median over repeats, wall time.
+(b) End to end on transformers' continuous batching (a tiny random Llama on the CPU): the same
+    `generate_batch` workload with `track_continuous_batching` on and off, alternating, median
+    wall time and the relative overhead, and the time spent inside the ledger's calls on the
+    engine's thread (skipped without transformers and torch). The tiny model's steps take
+    milliseconds on the CPU, and a run's wall time varies by several percent, more than the
+    adapter costs: the time inside the ledger's calls is the precise figure.
+
+Run: `ZEUS_GPU_BACKEND=sim ZEUS_SIM_GPUS=H100 python3 benchmarks/serving_energy.py`
+(the script sets those itself when they are unset). A release build gives the real figures:
+`scripts/dev-build --release`.
+
+Usage: python benchmarks/serving_energy.py [--steps N] [--repeat R] [--method M]
+       [--e2e-repeat R] [--prompts N] [--new-tokens N] [--threads N] [--skip-e2e]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("ZEUS_GPU_BACKEND", "sim")
+os.environ.setdefault("ZEUS_SIM_GPUS", "H100")
+
+REPO = Path(__file__).resolve().parents[1]
+BATCHES = (1, 64, 256)
+
+
+def build_kind() -> str:
+    """Which build of `zeus._core` is loaded (debug figures are much slower)."""
+    import zeus._core
+
+    so = Path(zeus._core.__file__ or "")
+    targets = [REPO / "target"]
+    if os.environ.get("CARGO_TARGET_DIR"):
+        targets.append(Path(os.environ["CARGO_TARGET_DIR"]))
+    for target in targets:
+        for mode in ("release", "debug"):
+            built = target / mode / "libzeus_core.so"
+            if built.is_file() and so.is_file() and filecmp.cmp(built, so, shallow=False):
+                return f"{mode} build"
+    size = so.stat().st_size / 1e6 if so.is_file() else 0.0
+    return f"unknown build, {size:.0f} MB: a debug build is tens of MB"
+
+
+def median_us(loop: Callable[[int], None], n: int, repeat: int) -> float:
+    """Median over `repeat` runs of the wall time per iteration of `loop(n)`, in µs."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        loop(n)
+        times.append((time.perf_counter() - t0) / n)
+    return statistics.median(times) * 1e6
+
+
+def per_step(
+    monitor: Any, method: str, batch: int, steps: int, repeat: int
+) -> tuple[float, float, float]:
+    """(loop + no-op, `end_step`, `begin_step` + `end_step`) µs per decode step of `batch`
+    requests, the last two less the first."""
+    from zeus.monitor.serving import EnergyLedger
+
+    ids = [f"req-{i}" for i in range(batch)]
+    kv = [float(512 + i) for i in range(batch)]
+    args = (ids, [0.0] * batch, [1.0] * batch, kv)
+    ledger = EnergyLedger(monitor, method=method, keep=1000)  # type: ignore[arg-type]
+    ledger.end_step(ids, [512.0] * batch, [0.0] * batch, kv)  # the requests arrive
+
+    def noop(*_: Any) -> None:
+        pass
+
+    def base_loop(n: int) -> None:
+        f, a = noop, args
+        for _ in range(n):
+            f(*a)
+
+    def end_loop(n: int) -> None:
+        f, a = ledger.end_step, args
+        for _ in range(n):
+            f(*a)
+
+    def both_loop(n: int) -> None:
+        b, f, a = ledger.begin_step, ledger.end_step, args
+        for _ in range(n):
+            b()
+            f(*a)
+
+    n = max(steps // (1 + batch // 16), 200)
+    end_loop(min(n, 1000))  # warm up
+    base = median_us(base_loop, n, repeat)
+    end = median_us(end_loop, n, repeat) - base
+    both = median_us(both_loop, n, repeat) - base
+    for rid in ids:
+        ledger.finish(rid)
+    ledger.close()
+    return base, end, both
+
+
+def step_costs(steps: int, repeat: int, method: str) -> None:
+    from zeus.monitor import ZeusMonitor
+
+    warnings.simplefilter("ignore")  # zero-length windows warn once; not what we time
+    monitor = ZeusMonitor(gpu_indices=[0])
+    time.sleep(0.3)  # let the sampler take its first counter values
+
+    monitor.begin_window("cut", sync_cuda=False)
+
+    def cut_loop(n: int) -> None:
+        cut = monitor.cut_window
+        for _ in range(n):
+            cut("cut", sync_cuda=False)
+
+    cut_loop(1000)
+    cut_us = median_us(cut_loop, steps, repeat)
+    monitor.end_window("cut", sync_cuda=False)
+
+    print(f"\n(a) ledger cost per engine step, method={method!r}, median of {repeat} repeats")
+    print(f"    bare monitor.cut_window: {cut_us:.2f} us")
+    print("    requests/step  loop+noop us  end_step us  begin+end us  per request ns")
+    for batch in BATCHES:
+        base, end, both = per_step(monitor, method, batch, steps, repeat)
+        print(
+            f"    {batch:13d}  {base:12.2f}  {end:11.2f}  {both:12.2f}  {both / batch * 1e3:14.0f}"
+        )
+
+
+class TimedLedger:
+    """An `EnergyLedger` whose calls (on the engine's thread) are timed."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.seconds = 0.0
+
+    def _timed(self, name: str, *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        getattr(self.ledger, name)(*args, **kwargs)
+        self.seconds += time.perf_counter() - t0
+
+    def arrive(self, *args: Any, **kwargs: Any) -> None:
+        self._timed("arrive", *args, **kwargs)
+
+    def begin_step(self) -> None:
+        self._timed("begin_step")
+
+    def end_step(self, *args: Any) -> None:
+        self._timed("end_step", *args)
+
+    def finish(self, *args: Any, **kwargs: Any) -> None:
+        self._timed("finish", *args, **kwargs)
+
+
+def end_to_end(repeat: int, prompts: int, new_tokens: int, method: str, threads: int) -> None:
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        print(f"\n(b) skipped: {e}")
+        return
+    from zeus.monitor.serving import EnergyLedger
+    from zeus.monitor.serving.transformers import track_continuous_batching
+
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    generation = transformers.GenerationConfig(
+        do_sample=False, max_new_tokens=new_tokens, eos_token_id=-1, pad_token_id=0
+    )
+    cb = transformers.ContinuousBatchingConfig(num_blocks=128, page_size=64, max_batch_tokens=256)
+    inputs = [[(7 * i + j) % 120 + 1 for j in range(4 + (i * 13) % 60)] for i in range(prompts)]
+
+    def run(ledger: Any) -> tuple[float, dict[str, list[int]]]:
+        t0 = time.perf_counter()
+        if ledger is None:
+            out = model.generate_batch(
+                inputs, generation_config=generation, continuous_batching_config=cb
+            )
+        else:
+            with track_continuous_batching(model, ledger):
+                out = model.generate_batch(
+                    inputs, generation_config=generation, continuous_batching_config=cb
+                )
+        elapsed = time.perf_counter() - t0
+        return elapsed, {k: list(v.generated_tokens) for k, v in out.items()}
+
+    ledger = EnergyLedger(method=method)  # type: ignore[arg-type]
+    timed = TimedLedger(ledger)
+    _, reference = run(None)  # warm up both paths
+    run(timed)
+    calls_warm = timed.seconds
+    off: list[float] = []
+    on: list[float] = []
+    same = True
+    for _ in range(repeat):
+        t, out = run(None)
+        off.append(t)
+        t, out_on = run(timed)
+        on.append(t)
+        same &= out == reference and out_on == reference
+    totals = ledger.close()
+    steps = totals.steps / (repeat + 1)
+    calls_us = (timed.seconds - calls_warm) / (steps * repeat) * 1e6
+    m_off, m_on = statistics.median(off), statistics.median(on)
+    diffs = [b - a for a, b in zip(off, on)]
+    q1, _, q3 = statistics.quantiles(diffs, n=4)
+    print(
+        f"\n(b) transformers generate_batch: {prompts} prompts of 4-63 tokens, {new_tokens} new "
+        f"tokens each, tiny Llama on CPU ({threads} torch thread(s)), method={method!r}, "
+        f"{repeat} alternating repeats"
+    )
+    print(
+        f"    engine steps per run: {steps:.0f}; records: {len(ledger.records)}; "
+        f"outputs identical on/off: {same}"
+    )
+    print("    adapter  median s  min s    max s")
+    print(f"    off      {m_off:8.4f}  {min(off):7.4f}  {max(off):7.4f}")
+    print(f"    on       {m_on:8.4f}  {min(on):7.4f}  {max(on):7.4f}")
+    d = m_on - m_off
+    pct = d / m_off * 100
+    print(
+        f"    overhead (median on - median off): {d * 1e3:+.1f} ms per run ({pct:+.2f} %), "
+        f"{d / steps * 1e6:+.0f} us per step"
+    )
+    print(
+        f"    paired differences (on - off): median {statistics.median(diffs) * 1e3:+.1f} ms, "
+        f"quartiles {q1 * 1e3:+.1f} .. {q3 * 1e3:+.1f} ms"
+    )
+    print(
+        f"    time inside ledger calls on the engine thread: {calls_us:.1f} us per step "
+        f"({calls_us * steps / 1e6 / m_off * 100:.3f} % of a run)"
+    )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--steps", type=int, default=20_000, help="steps timed per repeat (a)")
+    p.add_argument("--repeat", type=int, default=7, help="repeats (a)")
+    p.add_argument("--method", choices=["tokens", "work", "time"], default="tokens")
+    p.add_argument("--e2e-repeat", type=int, default=10, help="alternating repeats (b)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (b)")
+    p.add_argument("--prompts", type=int, default=32, help="prompts per generate_batch (b)")
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens generated per prompt (b)")
+    p.add_argument("--skip-e2e", action="store_true", help="only (a)")
+    args = p.parse_args()
+
+    import zeus._core
+
+    print(f"python {sys.version.split()[0]}; zeus._core: {zeus._core.__file__} ({build_kind()})")
+    print(
+        f"GPU: ZEUS_GPU_BACKEND={os.environ['ZEUS_GPU_BACKEND']} "
+        f"ZEUS_SIM_GPUS={os.environ.get('ZEUS_SIM_GPUS', '')} "
+        f"ZEUS_SIM_FIDELITY={os.environ.get('ZEUS_SIM_FIDELITY', '(default)')}"
+    )
+    step_costs(args.steps, args.repeat, args.method)
+    if not args.skip_e2e:
+        end_to_end(args.e2e_repeat, args.prompts, args.new_tokens, args.method, args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
