@@ -9,6 +9,9 @@ decode split, joules per output token, the GPUs it ran on. Energy spent with no 
 step is an explicit residual; the records plus the residual equal the measured energy.
 
 - `zeus.monitor.serving.transformers`: Hugging Face transformers' continuous batching.
+- `zeus.monitor.serving.vllm`: a vLLM stat logger (`zeus_stat_logger`).
+- `zeus.monitor.serving.metrics`: `ServingMetrics`, Prometheus metrics of the records (a
+  ledger callback); `python -m zeus.analyze serving LOG` plots J/token against batch size.
 
 See `docs/serving-energy.md` for what each method assumes and what the bound means.
 """
