@@ -154,9 +154,12 @@ impl AnchoredFits {
     /// What the intervals did over `[t0, t1]`, prorating those that straddle its ends.
     fn features(history: &VecDeque<(f64, f64, Features)>, t0: f64, t1: f64) -> Features {
         let mut out = Features::default();
-        for &(a, b, f) in history {
-            if b <= t0 || a >= t1 {
-                continue;
+        // The intervals are in time order: start at the first that ends after `t0` (the
+        // history holds 30 s of 20 ms steps; a span covers a dozen).
+        let first = history.partition_point(|&(_, b, _)| b <= t0);
+        for &(a, b, f) in history.range(first..) {
+            if a >= t1 {
+                break;
             }
             let len = b - a;
             let part = if len > 0.0 {
@@ -173,16 +176,22 @@ impl AnchoredFits {
     }
 
     /// The engine's model: the sum of every GPU's (each at the offset that fits it best),
-    /// once each has `min_spans` spans.
+    /// once each has `min_spans` spans. The offset is chosen by the unconstrained fits'
+    /// misfit (41 small solves), and only its fit is solved with the constraints.
     pub(super) fn weights(&self, min_spans: usize) -> Option<Weights> {
         let parts: Option<Vec<Weights>> = self
             .gpus
             .iter()
             .map(|g| {
-                g.fits
+                if g.fits[0].spans() < min_spans {
+                    return None;
+                }
+                let best = g
+                    .fits
                     .iter()
-                    .filter_map(|f| f.solve(min_spans))
-                    .min_by(|a, b| a.rms_j.total_cmp(&b.rms_j))
+                    .filter_map(|f| f.misfit().map(|m| (m, f)))
+                    .min_by(|a, b| a.0.total_cmp(&b.0))?;
+                best.1.solve(min_spans)
             })
             .collect();
         Weights::sum(&parts?)

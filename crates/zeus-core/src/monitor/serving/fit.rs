@@ -169,6 +169,32 @@ impl WorkFit {
         self.n
     }
 
+    /// The misfit (sum of squared residuals, J²) of the unconstrained least-squares fit over
+    /// the terms seen: one small Cholesky solve, to compare fits cheaply (the anchored fits'
+    /// time offsets) before solving the chosen one with its constraints. `None` where the
+    /// terms cannot be told apart.
+    pub fn misfit(&self) -> Option<f64> {
+        let seen: Vec<usize> = (0..TERMS).filter(|&i| self.xtx[i][i] > 0.0).collect();
+        if seen.is_empty() {
+            return None;
+        }
+        let scale: Vec<f64> = seen.iter().map(|&i| 1.0 / self.xtx[i][i].sqrt()).collect();
+        let m: Vec<Vec<f64>> = (0..seen.len())
+            .map(|k| {
+                (0..seen.len())
+                    .map(|l| self.xtx[seen[k]][seen[l]] * scale[k] * scale[l])
+                    .collect()
+            })
+            .collect();
+        let rhs: Vec<f64> = (0..seen.len())
+            .map(|k| self.xty[seen[k]] * scale[k])
+            .collect();
+        let sol = solve_spd(&m, &rhs)?;
+        // At the least-squares solution, SSR = y'y - w'X'y.
+        let fitted: f64 = sol.iter().zip(&rhs).map(|(w, b)| w * b).sum();
+        Some((self.yty - fitted).max(0.0))
+    }
+
     /// The non-negative least-squares weights, or `None` before `min_spans` spans or while no
     /// term has been seen. Terms never seen (an all-zero column: no prefill yet, say) get
     /// weight 0 and an infinite standard error.

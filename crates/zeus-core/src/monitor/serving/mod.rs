@@ -225,6 +225,12 @@ struct Slot {
     steps: u64,
     batch_sum: f64,
     fitted: bool,
+    /// `work`: the sum over its modelled steps of the step's energy times its share's
+    /// sensitivity to each weight (J per unit of weight).
+    sensitivity: [f64; fit::TERMS],
+    /// `work`: its energy from modelled steps, and those steps' whole energy (J).
+    modelled_energy: f64,
+    steps_energy: f64,
 }
 
 /// A measured interval waiting for attribution (`work`).
@@ -250,6 +256,8 @@ struct Unfitted {
 /// updates every ~100 ms and publishes ~15-80 ms late, so by then the sampler has read the
 /// value after the span's end, and interpolates the edge instead of extrapolating it.
 pub const SETTLE_AFTER_S: f64 = 0.3;
+/// How often the `work` model is solved again once it has weights (s).
+pub const REFIT_S: f64 = 1.0;
 /// How long a span waits for a settled value before the fit takes its cuts' sum (s).
 pub const SETTLE_GIVE_UP_S: f64 = 2.0;
 
@@ -290,6 +298,8 @@ pub struct Ledger {
     unfitted: std::collections::VecDeque<Unfitted>,
     fit: WorkFit,
     anchored: AnchoredFits,
+    /// When the model was last solved.
+    refit_at: f64,
     weights: Option<Weights>,
     scratch: Vec<f64>,
 }
@@ -336,6 +346,7 @@ impl Ledger {
             unfitted: std::collections::VecDeque::new(),
             fit: WorkFit::default(),
             anchored: AnchoredFits::new(n_gpus),
+            refit_at: f64::NEG_INFINITY,
             weights: None,
             scratch: Vec::new(),
         })
@@ -414,6 +425,9 @@ impl Ledger {
             steps: 0,
             batch_sum: 0.0,
             fitted: true,
+            sensitivity: [0.0; fit::TERMS],
+            modelled_energy: 0.0,
+            steps_energy: 0.0,
         };
         let k = match self.free.pop() {
             Some(k) => {
@@ -664,23 +678,32 @@ impl Ledger {
             attributed += e;
             // (0 × an infinite bound is no uncertainty, not NaN.)
             let mut b = if share > 0.0 { bound * share } else { 0.0 };
+            // With fitted weights, the share's sensitivity to them (d share / d weight_k =
+            // (x_k - share · X_k) / sum) is summed over the request's steps, times the step's
+            // energy: one weight error moves every step's share at once, so the request's error
+            // is that sum against the weights' covariance, taken when its record is made
+            // (`emit`). Only the steps split without a model add their whole energy here.
+            let mut sensitivity = [0.0; fit::TERMS];
             match weights {
-                Some(m) if !equal => {
-                    // How far the share may move with the weights: first order, with their
-                    // covariance (d share / d weight_k = (x_k - share · X_k) / sum), so that
-                    // two terms the data cannot tell apart but that move shares alike do not
-                    // count as uncertain; and the model's misfit.
-                    let g: [f64; fit::TERMS] = std::array::from_fn(|j| x[j] - share * sums[j]);
-                    b += total
-                        * ((m.reach() * m.spread(&g) / sum).min(1.0) + 2.0 * m.rms_rel * share);
+                Some(_) if !equal => {
+                    let scale = total / sum;
+                    for j in 0..fit::TERMS {
+                        sensitivity[j] = scale * (x[j] - share * sums[j]);
+                    }
                 }
-                Some(m) => b += total * 2.0 * m.rms_rel * share,
                 None if !fitted => b += e, // split by tokens, not by a model: anything goes
-                None => {}
+                _ => {}
             }
             let s = &mut self.slots[*k as usize];
             s.energy += e;
             s.bound += b;
+            if weights.is_some() {
+                for (acc, v) in s.sensitivity.iter_mut().zip(sensitivity) {
+                    *acc += v;
+                }
+                s.modelled_energy += e;
+                s.steps_energy += total;
+            }
             s.prefill_energy += e * prefill_part;
             for (acc, g) in s.gpu.iter_mut().zip(gpu) {
                 *acc += g * share;
@@ -761,7 +784,9 @@ impl Ledger {
                 refit |= self.anchored.add_anchors(k, &anchors);
             }
         }
-        if refit {
+        // Weights move slowly once fitted: solve again at most every REFIT_S (a solve is tens
+        // of microseconds; steps come every 20-40 ms).
+        if refit && (self.weights.is_none() || self.now - self.refit_at >= REFIT_S) {
             self.refit();
         }
         if !self.spans.is_empty()
@@ -776,6 +801,7 @@ impl Ledger {
     fn refit(&mut self) {
         let min = self.opts.min_spans;
         self.weights = self.anchored.weights(min).or_else(|| self.fit.solve(min));
+        self.refit_at = self.now;
     }
 
     /// Seconds of steps waiting in closed spans.
@@ -912,8 +938,15 @@ impl Ledger {
     }
 
     fn emit(&mut self, k: u32) {
+        let weights = self.weights;
         let s = &mut self.slots[k as usize];
         s.live = false;
+        if let Some(m) = weights.filter(|_| s.modelled_energy > 0.0) {
+            // What the weights' uncertainty and the model's misfit allow (see `attribute`):
+            // never more than the whole energy of the steps it ran in.
+            let moved = (m.reach() * m.spread(&s.sensitivity)).min(s.steps_energy);
+            s.bound += moved + 2.0 * m.rms_rel * s.modelled_energy;
+        }
         let (finish, output) = s.finish.unwrap_or((self.now, None));
         let produced = s.decode_tokens + if s.prefill_tokens > 0.0 { 1.0 } else { 0.0 };
         let rec = RequestRecord {
