@@ -202,6 +202,27 @@ class CancellingLedger(EnergyLedger):
                 self.manager.cancel_request(self.victim)
 
 
+def run_manager(
+    manager: Any, requests: dict[str, tuple[list[int], int]], finished: int
+) -> dict[str, Any]:
+    """Run `requests` (`{id: (prompt, max_new_tokens)}`) on a started `manager` until
+    `finished` of them are; stop and destroy it whatever happens."""
+    manager.start()
+    try:
+        for rid, (prompt, new_tokens) in requests.items():
+            manager.add_request(prompt, request_id=rid, max_new_tokens=new_tokens)
+        results: dict[str, Any] = {}
+        while len(results) < finished:
+            result = manager.get_result(timeout=60)
+            assert result is not None, "the engine stopped delivering"
+            if result.is_finished():
+                results[result.request_id] = result
+    finally:
+        manager.stop(block=True)
+        manager.destroy()
+    return results
+
+
 def test_a_manager_with_labels_and_a_cancelled_request(sim_gpus: Any, engine: Engine) -> None:
     sim_gpus("H100", clock="real")
     manager = engine.model.init_continuous_batching(
@@ -213,19 +234,10 @@ def test_a_manager_with_labels_and_a_cancelled_request(sim_gpus: Any, engine: En
         ledger, labels_of=lambda state: {"tenant": tenants[state.request_id]}
     ).attach(manager)
     assert tracker.attach(manager) is tracker  # a second attach changes nothing
-    manager.start()
-    try:
-        for rid, prompt in zip(tenants, PROMPTS[2:5]):
-            manager.add_request(prompt, request_id=rid, max_new_tokens=40 if rid == "c" else 6)
-        results = {}
-        while len(results) < 2:
-            result = manager.get_result(timeout=60)
-            assert result is not None, "the engine stopped delivering"
-            if result.is_finished():
-                results[result.request_id] = result
-    finally:
-        manager.stop(block=True)
-        manager.destroy()
+    requests = {
+        rid: (prompt, 40 if rid == "c" else 6) for rid, prompt in zip(tenants, PROMPTS[2:5])
+    }
+    results = run_manager(manager, requests, finished=2)
     tracker.detach()
     ledger.close()
 
@@ -310,19 +322,8 @@ def test_requests_failed_by_a_hard_stop_are_finished(sim_gpus: Any, engine: Engi
     )
     ledger = StoppingLedger(manager, 2, method="tokens")
     tracker = track_continuous_batching(manager, ledger)
-    manager.start()
-    try:
-        for rid, prompt in zip("abc", PROMPTS[2:5]):
-            manager.add_request(prompt, request_id=rid, max_new_tokens=40)
-        results = {}
-        while len(results) < 3:
-            result = manager.get_result(timeout=60)
-            assert result is not None, "the engine stopped delivering"
-            if result.is_finished():
-                results[result.request_id] = result
-    finally:
-        manager.stop(block=True)
-        manager.destroy()
+    requests = {rid: (prompt, 40) for rid, prompt in zip("abc", PROMPTS[2:5])}
+    results = run_manager(manager, requests, finished=3)
     tracker.detach()
     assert all(r.error is not None for r in results.values())
     assert ledger.open_requests == 0  # every request that ran was finished when it failed

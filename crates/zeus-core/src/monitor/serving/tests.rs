@@ -166,6 +166,19 @@ pub(crate) fn engine(
     steps
 }
 
+/// Add each request's true energy in step `s` of `step_j` J: its share by its true cost.
+fn add_truth(truth: &mut HashMap<String, f64>, s: &EngineStep, model: &PowerModel, step_j: f64) {
+    let n = s.work.len();
+    let sum: f64 = s
+        .work
+        .iter()
+        .map(|(_, w)| model.cost(w, s.seconds, n))
+        .sum();
+    for (id, w) in &s.work {
+        *truth.entry(id.clone()).or_default() += step_j * model.cost(w, s.seconds, n) / sum;
+    }
+}
+
 /// Feed `steps` with exact energies from `model` to a ledger; returns the ledger, every
 /// record, and each request's true energy (its share of each step's energy by its true
 /// cost: its equal part of the static power and its work).
@@ -199,15 +212,7 @@ fn run_exact(
         ledger.step(cut, t, &work).unwrap();
         // Exact cuts: nothing better comes later.
         ledger.settle(&mut NothingSettled);
-        let dyn_sum: f64 = s
-            .work
-            .iter()
-            .map(|(_, w)| model.cost(w, s.seconds, s.work.len()))
-            .sum();
-        for (id, w) in &s.work {
-            *truth.entry(id.clone()).or_default() +=
-                e * model.cost(w, s.seconds, s.work.len()) / dyn_sum;
-        }
+        add_truth(&mut truth, s, model, e);
         for (id, out) in &s.finished {
             ledger.finish(id, t, Some(*out)).unwrap();
         }
@@ -494,15 +499,7 @@ fn run_on_sim(steps: &[EngineStep], model: &PowerModel, opts: LedgerOptions, see
             );
         }
         let step_true = e_true - e_true_prev;
-        let dyn_sum: f64 = s
-            .work
-            .iter()
-            .map(|(_, w)| model.cost(w, s.seconds, s.work.len()))
-            .sum();
-        for (id, w) in &s.work {
-            *truth.entry(id.clone()).or_default() +=
-                step_true * model.cost(w, s.seconds, s.work.len()) / dyn_sum;
-        }
+        add_truth(&mut truth, s, model, step_true);
         for (id, out) in &s.finished {
             ledger.finish(id, t, Some(*out)).unwrap();
         }
