@@ -127,6 +127,8 @@ def test_bad_steps_are_refused_and_their_energy_kept(sim_gpus):
     zeus.device.sim.advance(0.1)
     with pytest.raises(ValueError, match="-3"):
         ledger.end_step(["a"], [-3], [0], [1])
+    with pytest.raises(TypeError, match="request ids must be str, got int"):
+        ledger.end_step([7], [1], [0], [1])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="not open"):
         ledger.finish("nobody")
     with pytest.raises(ValueError, match="unknown attribution method 'joules'"):

@@ -25,7 +25,7 @@ pub mod fit;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 pub use fit::{Features, Weights, WorkFit};
 
@@ -278,7 +278,7 @@ pub struct Ledger {
     n_gpus: usize,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    ids: HashMap<String, u32>,
+    ids: FxHashMap<String, u32>,
     groups: Vec<(String, GroupTotals)>,
     step_seq: u64,
     now: f64,
@@ -329,7 +329,7 @@ impl Ledger {
             n_gpus,
             slots: Vec::new(),
             free: Vec::new(),
-            ids: HashMap::new(),
+            ids: FxHashMap::default(),
             groups: vec![(String::new(), GroupTotals::default())],
             step_seq: 0,
             now,

@@ -4,6 +4,7 @@ use super::*;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use std::collections::HashMap;
 
 /// The power model of the acceptance test: `idle + a·prefill/s + b·decode/s + c·KV tokens`.
 #[derive(Debug, Clone, Copy)]

@@ -6,6 +6,8 @@ use super::energy::PyZeusMonitor;
 use super::*;
 use crate::monitor::serving::{Cut, Ledger, LedgerOptions, Method as LedgerMethod, Settled, Work};
 use crate::monitor::EnergyMonitor;
+use pyo3::exceptions::PyTypeError;
+use pyo3::types::{PySequence, PyString};
 
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
 
@@ -184,31 +186,47 @@ impl PyEnergyLedger {
     fn end_step(
         &self,
         py: Python<'_>,
-        request_ids: Vec<PyBackedStr>,
-        prefill_tokens: Vec<f64>,
-        decode_tokens: Vec<f64>,
-        kv_tokens: Vec<f64>,
+        request_ids: &Bound<'_, PyAny>,
+        prefill_tokens: &Bound<'_, PyAny>,
+        decode_tokens: &Bound<'_, PyAny>,
+        kv_tokens: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let n = request_ids.len();
-        if prefill_tokens.len() != n || decode_tokens.len() != n || kv_tokens.len() != n {
+        // Items are read where they lie (a list or tuple's own array; strings as their cached
+        // UTF-8): at 256 requests, copying them into vectors first cost more than the ledger.
+        let ids = request_ids.cast::<PySequence>()?;
+        let prefill = prefill_tokens.cast::<PySequence>()?;
+        let decode = decode_tokens.cast::<PySequence>()?;
+        let kv = kv_tokens.cast::<PySequence>()?;
+        let n = ids.len()?;
+        if prefill.len()? != n || decode.len()? != n || kv.len()? != n {
             return Err(PyValueError::new_err(format!(
                 "end_step: {n} request ids but {} prefill, {} decode and {} kv counts",
-                prefill_tokens.len(),
-                decode_tokens.len(),
-                kv_tokens.len()
+                prefill.len()?,
+                decode.len()?,
+                kv.len()?
             )));
         }
         let mut st = lock(&self.state);
         let st = &mut *st;
         st.work.clear();
-        for (i, id) in request_ids.iter().enumerate() {
-            let slot = st.ledger.slot(id);
+        for i in 0..n {
+            let id = ids.get_item(i)?;
+            let id = id.cast::<PyString>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "end_step: request ids must be str, got {}",
+                    id.get_type()
+                        .name()
+                        .map(|t| t.to_string())
+                        .unwrap_or_default()
+                ))
+            })?;
+            let slot = st.ledger.slot(id.to_str()?);
             st.work.push((
                 slot,
                 Work {
-                    prefill: prefill_tokens[i],
-                    decode: decode_tokens[i],
-                    kv: kv_tokens[i],
+                    prefill: prefill.get_item(i)?.extract()?,
+                    decode: decode.get_item(i)?.extract()?,
+                    kv: kv.get_item(i)?.extract()?,
                 },
             ));
         }
