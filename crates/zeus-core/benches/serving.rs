@@ -17,7 +17,7 @@ struct Counter {
 }
 
 impl Settled for Counter {
-    fn energy(&mut self, _: f64, _: f64) -> Option<f64> {
+    fn energy(&mut self, _: f64, _: f64) -> Option<(f64, f64)> {
         None
     }
     fn anchors(&mut self, _: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {

@@ -642,22 +642,25 @@ impl EnergyMonitor {
         Some(lease.watched(self.cached[k]?))
     }
 
-    /// The energy (J) of `[t0, t1]` summed over the monitored GPUs, once final: every GPU is
+    /// The energy (J) of `[t0, t1]` summed over the monitored GPUs and its bound (J), once
+    /// final: every GPU is
     /// read through the sampler, in its cached mode, and its counter has updated past `t1`
     /// (the edges are interpolated, not extrapolated). `None` until then, and for good where
     /// a GPU is read otherwise. The serving ledger fits its cost model on these.
-    pub fn settled_energy(&self, t0: f64, t1: f64) -> Option<f64> {
-        let mut sum = 0.0;
+    pub fn settled_energy(&self, t0: f64, t1: f64) -> Option<(f64, f64)> {
+        let (mut sum, mut bound) = (0.0, 0.0);
         for k in 0..self.indices.len() {
             let w = self.watched(k)?;
-            sum += w.with_track(|t| {
+            let (e, b) = w.with_track(|t| {
                 if t.mode() != Mode::Cached || !t.is_settled(t1) {
                     return None;
                 }
-                t.window_estimate(t0, t1).map(|e| e.joules)
+                t.window_estimate(t0, t1).map(|e| (e.joules, e.bound))
             })?;
+            sum += e;
+            bound += b;
         }
-        Some(sum)
+        Some((sum, bound))
     }
 
     /// Monitored GPU `k`'s counter updates after `after` as the sampler placed them: `(the

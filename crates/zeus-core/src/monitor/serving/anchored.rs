@@ -30,6 +30,10 @@ const MAX_ANCHOR_T_ERR: f64 = 0.005;
 /// The shortest anchored span (s). Its edges are exact, so spans can be short: more of them,
 /// and each closer to one batch composition, tell decode and KV-cache work apart better.
 pub(super) const SPAN_S: f64 = 0.2;
+/// Anchored spans are short, so a fit waits for this many times the ledger's `min_spans` of
+/// them (about 5 s by default): the first fits, on 8 spans, were off by more than their
+/// standard errors said, and early requests missed their bounds by a few percent.
+const MIN_SPANS_FACTOR: usize = 3;
 
 /// The offsets tried between where the sampler places an anchor and where the work is (s).
 pub(super) const OFFSET_RANGE_S: f64 = 0.010;
@@ -179,6 +183,7 @@ impl AnchoredFits {
     /// once each has `min_spans` spans. The offset is chosen by the unconstrained fits'
     /// misfit (41 small solves), and only its fit is solved with the constraints.
     pub(super) fn weights(&self, min_spans: usize) -> Option<Weights> {
+        let min_spans = min_spans * MIN_SPANS_FACTOR;
         let parts: Option<Vec<Weights>> = self
             .gpus
             .iter()

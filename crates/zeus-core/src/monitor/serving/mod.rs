@@ -35,8 +35,9 @@ use anchored::AnchoredFits;
 /// What the measurement knows once it has settled, for the `work` fit (see [`Ledger::settle`]).
 pub trait Settled {
     /// The energy (J) of `[t0, t1]` summed over the ledger's GPUs, once final (the sampler's
-    /// estimate once the counter has updated past `t1`); `None` if not yet.
-    fn energy(&mut self, t0: f64, t1: f64) -> Option<f64>;
+    /// estimate once the counter has updated past `t1`), with its bound (J); `None` if not
+    /// yet.
+    fn energy(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)>;
     /// GPU `k`'s (in the ledger's order) counter updates after `after`, oldest first: the
     /// moment each value describes, the value (J, on one scale across counter resets), and how
     /// far off the moment may be (s). `None` where the GPU is not read through the sampler.
@@ -47,7 +48,7 @@ pub trait Settled {
 pub struct NothingSettled;
 
 impl Settled for NothingSettled {
-    fn energy(&mut self, _: f64, _: f64) -> Option<f64> {
+    fn energy(&mut self, _: f64, _: f64) -> Option<(f64, f64)> {
         None
     }
     fn anchors(&mut self, _: usize, _: f64) -> Option<Vec<(f64, f64, f64)>> {
@@ -266,6 +267,9 @@ pub const SETTLE_GIVE_UP_S: f64 = 2.0;
 struct Span {
     first: usize,
     last: usize,
+    /// When it began and ended.
+    t0: f64,
+    t1: f64,
     features: Features,
     energy_gpu: Vec<f64>,
     bound: f64,
@@ -743,10 +747,8 @@ impl Ledger {
         self.totals.pending_j += energy;
         self.span_seconds += cut.seconds;
         if self.span_seconds >= self.opts.span_s {
+            // Attributed by `settle`, once its energy has settled.
             self.close_span();
-            if self.weights.is_some() || self.waited() > self.opts.max_wait_s {
-                self.attribute_spans();
-            }
         }
     }
 
@@ -770,7 +772,7 @@ impl Ledger {
                 break;
             }
             let energy = match src.energy(u.t0, u.t1) {
-                Some(e) if e.is_finite() && e >= 0.0 => e,
+                Some((e, _)) if e.is_finite() && e >= 0.0 => e,
                 _ if self.now >= u.t1 + SETTLE_GIVE_UP_S => u.measured,
                 _ => break,
             };
@@ -792,7 +794,7 @@ impl Ledger {
         if !self.spans.is_empty()
             && (self.weights.is_some() || self.waited() > self.opts.max_wait_s)
         {
-            self.attribute_spans();
+            self.attribute_spans(src, false);
         }
     }
 
@@ -838,10 +840,13 @@ impl Ledger {
             features,
             measured: energy_gpu.iter().sum(),
         });
+        let t0 = self.span_t0;
         self.span_t0 = t1;
         self.spans.push(Span {
             first,
             last,
+            t0,
+            t1,
             features,
             energy_gpu,
             bound,
@@ -850,16 +855,48 @@ impl Ledger {
         self.span_seconds = 0.0;
     }
 
-    /// Attribute every closed span, with the fitted weights where there are some (spread
-    /// over each span's steps by the model), else each step's measured energy by tokens.
-    fn attribute_spans(&mut self) {
-        let spans = std::mem::take(&mut self.spans);
+    /// Attribute the closed spans whose energy has settled (all of them with `force`), with
+    /// the fitted weights where there are some (spread over each span's steps by the model),
+    /// else each step's measured energy by tokens.
+    ///
+    /// A span's energy is the sampler's settled estimate of it where `src` has one: at a cut's
+    /// end the energy is extrapolated, and an edge off by two joules moves that much between
+    /// the spans on either side of it, and between their requests, however well the model
+    /// splits each span. The settled estimate replaces the cuts' sum in the totals too, so
+    /// conservation still holds exactly; a span `src` cannot settle keeps its cuts' sum
+    /// after [`SETTLE_GIVE_UP_S`].
+    fn attribute_spans(&mut self, src: &mut dyn Settled, force: bool) {
+        let mut spans = std::mem::take(&mut self.spans);
         let weights = self.weights;
         let mut gpu = vec![0.0; self.n_gpus];
         // Taken out while the steps are attributed (which needs `self` mutably), put back after.
         let all_work = std::mem::take(&mut self.pending_work);
+        let mut done = 0;
         for span in &spans {
-            let span_total: f64 = span.energy_gpu.iter().sum();
+            let measured: f64 = span.energy_gpu.iter().sum();
+            let due = force || self.now >= span.t1 + SETTLE_AFTER_S;
+            let settled = if due {
+                src.energy(span.t0, span.t1)
+            } else {
+                None
+            };
+            let (span_total, span_bound) = match settled {
+                Some((e, b)) if e.is_finite() && e >= 0.0 && b.is_finite() => (e, b),
+                _ if force || self.now >= span.t1 + SETTLE_GIVE_UP_S => (measured, span.bound),
+                _ => break,
+            };
+            // Each GPU's part scales with it (its settled share is not known apart).
+            let ratio = if measured > 0.0 {
+                span_total / measured
+            } else {
+                0.0
+            };
+            let span_gpu: Vec<f64> = if measured > 0.0 {
+                span.energy_gpu.iter().map(|e| e * ratio).collect()
+            } else {
+                vec![span_total / self.n_gpus as f64; self.n_gpus]
+            };
+            self.totals.measured_j += span_total - measured;
             let predicted: f64 = weights.map_or(0.0, |m| {
                 self.pending[span.first..=span.last]
                     .iter()
@@ -877,22 +914,28 @@ impl Ledger {
                 let (e, b) = match weights {
                     Some(m) if predicted > 0.0 => {
                         let f = m.predict(&p).max(0.0) / predicted;
-                        for (g, s) in gpu.iter_mut().zip(&span.energy_gpu) {
+                        for (g, s) in gpu.iter_mut().zip(&span_gpu) {
                             *g = s * f;
                         }
                         let e = if i == span.last { left } else { span_total * f };
-                        // How far the step's part of the span may move with the weights
-                        // (first order in each weight's standard error, as for shares).
+                        // How far the step's part of the span may move with the weights.
                         let (x, xs) = (p.as_array(), span.features.as_array());
                         let g: [f64; fit::TERMS] = std::array::from_fn(|k| x[k] - f * xs[k]);
                         let spread = span_total * (m.reach() * m.spread(&g) / predicted).min(1.0);
-                        (e, if f > 0.0 { span.bound * f } else { 0.0 } + spread)
+                        (e, if f > 0.0 { span_bound * f } else { 0.0 } + spread)
                     }
                     _ => {
-                        gpu.copy_from_slice(
-                            &self.pending_gpu[i * self.n_gpus..(i + 1) * self.n_gpus],
-                        );
-                        let e = if i == span.last { left } else { p_energy };
+                        for (g, c) in gpu
+                            .iter_mut()
+                            .zip(&self.pending_gpu[i * self.n_gpus..(i + 1) * self.n_gpus])
+                        {
+                            *g = c * ratio;
+                        }
+                        let e = if i == span.last {
+                            left
+                        } else {
+                            p_energy * ratio
+                        };
                         (e, self.pending_bound[i])
                     }
                 };
@@ -914,10 +957,12 @@ impl Ledger {
                 }
                 self.totals.pending_j -= p_energy;
             }
+            done += 1;
         }
         self.pending_work = all_work;
-        // Everything before the open span is attributed: drop it.
-        let keep = self.span_start;
+        // Drop what is attributed: the intervals before the first span left.
+        let rest = spans.split_off(done);
+        let keep = rest.first().map_or(self.span_start, |s| s.first);
         let first_work = self
             .pending
             .get(keep)
@@ -930,7 +975,15 @@ impl Ledger {
         self.pending_work.drain(..first_work);
         self.pending_gpu.drain(..keep * self.n_gpus);
         self.pending_bound.drain(..keep);
-        self.span_start = 0;
+        self.span_start -= keep;
+        self.spans = rest
+            .into_iter()
+            .map(|mut s| {
+                s.first -= keep;
+                s.last -= keep;
+                s
+            })
+            .collect();
         if self.pending.is_empty() {
             // Rounding across many spans: what is not pending is exactly nothing.
             self.totals.pending_j = 0.0;
@@ -1002,6 +1055,7 @@ impl Ledger {
             while let Some(u) = self.unfitted.pop_front() {
                 let energy = src
                     .energy(u.t0, u.t1)
+                    .map(|(e, _)| e)
                     .filter(|e| e.is_finite() && *e >= 0.0)
                     .unwrap_or(u.measured);
                 self.fit.add(&u.features, energy);
@@ -1013,7 +1067,7 @@ impl Ledger {
                 }
             }
             self.refit();
-            self.attribute_spans();
+            self.attribute_spans(src, true);
         }
         if include_open {
             let open: Vec<u32> = self.ids.drain().map(|(_, k)| k).collect();

@@ -15,7 +15,7 @@ static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
 struct FromMonitor<'a>(&'a EnergyMonitor);
 
 impl Settled for FromMonitor<'_> {
-    fn energy(&mut self, t0: f64, t1: f64) -> Option<f64> {
+    fn energy(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)> {
         self.0.settled_energy(t0, t1)
     }
     fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
