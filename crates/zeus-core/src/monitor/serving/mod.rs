@@ -423,7 +423,11 @@ impl Ledger {
             energy: 0.0,
             bound: 0.0,
             prefill_energy: 0.0,
-            gpu: vec![0.0; self.n_gpus],
+            gpu: if self.n_gpus > 1 {
+                vec![0.0; self.n_gpus]
+            } else {
+                Vec::new()
+            },
             prefill_tokens: 0.0,
             decode_tokens: 0.0,
             steps: 0,
@@ -635,39 +639,43 @@ impl Ledger {
         let fitted = method != Method::Work || weights.is_some();
         // Each request's terms in the step: its equal part of the step's time (static power
         // holds for everyone in the step alike), its prefill and decode tokens, its KV-cache
-        // token-seconds; and what the rule makes of them (`work`: the model's energy).
-        let terms = |w: &Work| [seconds / n, w.prefill, w.decode, w.kv * seconds];
-        let cost = |x: &[f64; fit::TERMS]| -> (f64, f64) {
-            match (method, weights) {
-                (Method::Time, _) => (0.0, 0.0),
-                // Prefill's part, and the rest (static, decode, KV cache).
-                (_, Some(m)) => (
-                    m.prefill_j * x[1],
-                    m.idle_w * x[0] + m.decode_j * x[2] + m.kv_w * x[3],
-                ),
-                _ => (x[1], x[2]),
-            }
+        // token-seconds. The rule charges each term: `time` the time alone (equal shares),
+        // `tokens` the tokens, `work` the model's weights.
+        let rule: [f64; fit::TERMS] = match (method, weights) {
+            (Method::Time, _) => [1.0, 0.0, 0.0, 0.0],
+            (_, Some(m)) => m.as_array(),
+            _ => [0.0, 1.0, 1.0, 0.0],
         };
-        let mut sum = 0.0;
+        let per_request_s = seconds / n;
+        let terms = |w: &Work| [per_request_s, w.prefill, w.decode, w.kv * seconds];
         let mut sums = [0.0f64; fit::TERMS];
         for (_, w) in work {
             let x = terms(w);
-            let (p, d) = cost(&x);
-            sum += p + d;
-            for (acc, v) in sums.iter_mut().zip(x) {
-                *acc += v;
+            for j in 0..fit::TERMS {
+                sums[j] += x[j];
             }
         }
-        // A step whose requests cost nothing by the rule (time, or no tokens): equal shares.
+        let sum: f64 = (0..fit::TERMS).map(|j| rule[j] * sums[j]).sum();
+        // A step whose requests cost nothing by the rule (no tokens): equal shares.
         let equal = sum <= 0.0;
+        let inv_sum = if equal { 0.0 } else { 1.0 / sum };
+        let modelled = weights.is_some() && !equal;
+        let unfitted = !fitted;
+        let n_gpus = gpu.len();
         let mut attributed = 0.0;
         let last = work.len().saturating_sub(1);
         for (i, (k, w)) in work.iter().enumerate() {
             let x = terms(w);
-            let (p, d) = cost(&x);
-            let share = if equal { 1.0 / n } else { (p + d) / sum };
-            let prefill_part = if p + d > 0.0 {
-                p / (p + d)
+            let share = if equal {
+                1.0 / n
+            } else {
+                (rule[0] * x[0] + rule[1] * x[1] + rule[2] * x[2] + rule[3] * x[3]) * inv_sum
+            };
+            // Prefill's part of the request's energy, by its work (the static part follows it);
+            // by its tokens where the rule charges no work.
+            let dynamic = rule[1] * x[1] + rule[2] * x[2] + rule[3] * x[3];
+            let prefill_part = if dynamic > 0.0 {
+                rule[1] * x[1] / dynamic
             } else if w.prefill + w.decode > 0.0 {
                 w.prefill / (w.prefill + w.decode)
             } else {
@@ -682,35 +690,35 @@ impl Ledger {
             attributed += e;
             // (0 × an infinite bound is no uncertainty, not NaN.)
             let mut b = if share > 0.0 { bound * share } else { 0.0 };
-            // With fitted weights, the share's sensitivity to them (d share / d weight_k =
-            // (x_k - share · X_k) / sum) is summed over the request's steps, times the step's
-            // energy: one weight error moves every step's share at once, so the request's error
-            // is that sum against the weights' covariance, taken when its record is made
-            // (`emit`). Only the steps split without a model add their whole energy here.
-            let mut sensitivity = [0.0; fit::TERMS];
-            match weights {
-                Some(_) if !equal => {
-                    let scale = total / sum;
-                    for j in 0..fit::TERMS {
-                        sensitivity[j] = scale * (x[j] - share * sums[j]);
-                    }
-                }
-                None if !fitted => b += e, // split by tokens, not by a model: anything goes
-                _ => {}
+            if unfitted {
+                b += e; // split by tokens, not by a model: anything goes
             }
             let s = &mut self.slots[*k as usize];
-            s.energy += e;
-            s.bound += b;
-            if weights.is_some() {
-                for (acc, v) in s.sensitivity.iter_mut().zip(sensitivity) {
-                    *acc += v;
+            if modelled {
+                // The share's sensitivity to the weights (d share / d weight_k =
+                // (x_k - share · X_k) / sum), times the step's energy, summed over the
+                // request's steps: one weight error moves every step's share at once, so the
+                // request's error is that sum against the weights' covariance, taken when its
+                // record is made (`emit`).
+                let scale = total * inv_sum;
+                for j in 0..fit::TERMS {
+                    s.sensitivity[j] += scale * (x[j] - share * sums[j]);
                 }
                 s.modelled_energy += e;
                 s.steps_energy += total;
+            } else if weights.is_some() {
+                s.modelled_energy += e;
+                s.steps_energy += total;
             }
+            s.energy += e;
+            s.bound += b;
             s.prefill_energy += e * prefill_part;
-            for (acc, g) in s.gpu.iter_mut().zip(gpu) {
-                *acc += g * share;
+            // One GPU's split is the energy itself (filled in by `emit`): no second
+            // allocation to touch per request and step.
+            if n_gpus > 1 {
+                for (acc, g) in s.gpu.iter_mut().zip(gpu) {
+                    *acc += g * share;
+                }
             }
             s.prefill_tokens += w.prefill;
             s.decode_tokens += w.decode;
@@ -1013,7 +1021,11 @@ impl Ledger {
             bound_j: s.bound,
             prefill_energy_j: s.prefill_energy,
             decode_energy_j: s.energy - s.prefill_energy,
-            gpu_energy_j: std::mem::take(&mut s.gpu),
+            gpu_energy_j: if s.gpu.is_empty() {
+                vec![s.energy]
+            } else {
+                std::mem::take(&mut s.gpu)
+            },
             prefill_tokens: s.prefill_tokens,
             decode_tokens: s.decode_tokens,
             output_tokens: output.unwrap_or(produced),
