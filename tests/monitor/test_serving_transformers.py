@@ -181,12 +181,21 @@ def test_request_energy_follows_the_power_of_its_steps(
     )
 
 
-class CancellingLedger(EnergyLedger):
-    """Cancels request `victim` from the generation thread after it has decoded `after` tokens."""
+class ActingLedger(EnergyLedger):
+    """Calls `act()` from the generation thread once request `victim` has decoded `after`
+    tokens (the engine's own thread, so that what the test does never depends on timing)."""
 
-    def __init__(self, manager: Any, victim: str, after: int, *args: Any, **kw: Any) -> None:
+    def __init__(
+        self, manager: Any, victim: str, after: int, act: Any, *args: Any, **kw: Any
+    ) -> None:
         super().__init__(*args, **kw)
-        self.manager, self.victim, self.after, self.seen = manager, victim, after, 0
+        self.manager, self.victim, self.after, self.act, self.seen = (
+            manager,
+            victim,
+            after,
+            act,
+            0,
+        )
 
     def end_step(
         self,
@@ -199,7 +208,7 @@ class CancellingLedger(EnergyLedger):
         if self.victim in request_ids:
             self.seen += int(decode_tokens[list(request_ids).index(self.victim)])
             if self.seen == self.after:
-                self.manager.cancel_request(self.victim)
+                self.act()
 
 
 def run_manager(
@@ -229,7 +238,10 @@ def test_a_manager_with_labels_and_a_cancelled_request(sim_gpus: Any, engine: En
         generation_config=engine.generation, continuous_batching_config=engine.cb_config(ROOMY)
     )
     tenants = {"a": "x", "b": "y", "c": "x"}
-    ledger = CancellingLedger(manager, "c", 3, method="tokens", model="tiny")
+    # Cancelled from the engine's thread after exactly 3 decoded tokens.
+    ledger = ActingLedger(
+        manager, "c", 3, lambda: manager.cancel_request("c"), method="tokens", model="tiny"
+    )
     tracker = ContinuousBatchingEnergy(
         ledger, labels_of=lambda state: {"tenant": tenants[state.request_id]}
     ).attach(manager)
@@ -293,34 +305,19 @@ def test_zeus_imports_without_transformers() -> None:
     assert out.stdout.strip() == "ImportError"
 
 
-class StoppingLedger(EnergyLedger):
-    """Hard-stops the engine (from its thread) once request `a` has decoded `after` tokens."""
-
-    def __init__(self, manager: Any, after: int, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.manager, self.after, self.seen = manager, after, 0
-
-    def end_step(
-        self,
-        request_ids: Sequence[str],
-        prefill_tokens: Sequence[float],
-        decode_tokens: Sequence[float],
-        kv_tokens: Sequence[float],
-    ) -> None:
-        super().end_step(request_ids, prefill_tokens, decode_tokens, kv_tokens)
-        if "a" in request_ids:
-            self.seen += int(decode_tokens[list(request_ids).index("a")])
-            if self.seen == self.after:
-                status = self.manager.background_thread_status
-                status.request_stop(status.HARD_STOP, self.manager.distributed_helper.global_rank)
-
-
 def test_requests_failed_by_a_hard_stop_are_finished(sim_gpus: Any, engine: Engine) -> None:
     sim_gpus("H100", clock="real")
     manager = engine.model.init_continuous_batching(
         generation_config=engine.generation, continuous_batching_config=engine.cb_config(ROOMY)
     )
-    ledger = StoppingLedger(manager, 2, method="tokens")
+    status = manager.background_thread_status
+    rank = manager.distributed_helper.global_rank
+
+    def hard_stop() -> None:
+        status.request_stop(status.HARD_STOP, rank)
+
+    # The engine hard-stops (from its thread) once request `a` has decoded 2 tokens.
+    ledger = ActingLedger(manager, "a", 2, hard_stop, method="tokens")
     tracker = track_continuous_batching(manager, ledger)
     requests = {rid: (prompt, 40) for rid, prompt in zip("abc", PROMPTS[2:5])}
     results = run_manager(manager, requests, finished=3)

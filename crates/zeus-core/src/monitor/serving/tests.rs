@@ -631,104 +631,10 @@ fn a_steady_decode_batch_gets_its_joules_per_token_within_two_percent() {
 
 #[test]
 #[ignore]
-fn diagnose_anchors() {
-    let model = serving_model();
-    let steps = engine(11, 10.0, 3.0, (32, 1024), (32, 400), 32);
-    let mut h = Harness::new(BoardSpec::h100(), 11, false);
-    h.dev.set_load(Load::Drawing(model.idle_w));
-    h.run_until(h.now() + 1.5);
-    let mut t_prev = h.now();
-    for s in &steps {
-        let watts = if s.work.is_empty() {
-            model.idle_w
-        } else {
-            model.watts(s)
-        };
-        h.dev.set_load(Load::Drawing(watts));
-        h.run_until(t_prev + s.seconds);
-        let t = h.now();
-        h.w[0].with_track(|tr| tr.add_hint(t));
-        t_prev = t;
-    }
-    let anchors: Vec<_> = h.w[0].with_track(|tr| tr.anchors().iter().copied().collect());
-    let base = anchors[0].joules - h.dev.true_energy_at(anchors[0].t);
-    for a in anchors.iter().rev().take(20) {
-        let truth = h.dev.true_energy_at(a.t) + base;
-        eprintln!(
-            "t {:.4} t_err {:.4} J {:.3} truth {:.3} diff {:.3}",
-            a.t,
-            a.t_err,
-            a.joules,
-            truth,
-            a.joules - truth
-        );
-    }
-    h.w[0].with_track(|tr| eprintln!("{:?}", tr.schedule()));
-}
-
-#[test]
-#[ignore]
 fn diagnose_long_run() {
     let seed: u64 = std::env::var("SEED").map_or(8070, |v| v.parse().unwrap());
     let env = |k: &str, d: f64| std::env::var(k).map_or(d, |v| v.parse().unwrap());
     let (rate, batch) = (env("RATE", 8.0), env("BATCH", 4.0) as usize);
     let (prompt, output) = (env("PROMPT", 1500.0) as u32, env("OUTPUT", 500.0) as u32);
     check_work_on_sim(seed, rate, batch, (16, prompt), (8, output), false);
-}
-
-#[test]
-#[ignore]
-fn diagnose_sparse_span_errors() {
-    // Sparse arrivals: measured span energy (cut sums) against the truth over the same span.
-    let model = serving_model();
-    let steps = engine(943, 40.0, 0.56, (16, 521), (8, 112), 22);
-    let mut h = Harness::new(BoardSpec::h100(), 943, false);
-    h.dev.set_load(Load::Drawing(model.idle_w));
-    h.run_until(h.now() + 1.5);
-    let mut t_prev = h.now();
-    h.w[0].with_track(|tr| tr.add_hint(t_prev));
-    let mut pinned = None;
-    let mut e_true_prev = h.dev.true_energy_j();
-    let (mut acc_meas, mut acc_true, mut acc_b, mut acc_t) = (0.0, 0.0, 0.0, 0.0);
-    let mut spans: Vec<(f64, f64, f64, f64)> = Vec::new();
-    let mut span_t0 = t_prev;
-    for s in &steps {
-        let watts = if s.work.is_empty() {
-            model.idle_w
-        } else {
-            model.watts(s)
-        };
-        h.dev.set_load(Load::Drawing(watts));
-        h.run_until(t_prev + s.seconds);
-        let t = h.now();
-        let (est, carry) = h.w[0]
-            .with_track(|tr| tr.window_from(t_prev, pinned, t, true))
-            .unwrap();
-        pinned = Some(carry);
-        let e_true = h.dev.true_energy_j();
-        acc_meas += est.joules;
-        acc_true += e_true - e_true_prev;
-        acc_b = if acc_t == 0.0 { est.bound } else { acc_b };
-        acc_t += s.seconds;
-        if acc_t >= 1.0 {
-            let err = acc_meas - acc_true;
-            if err.abs() > 0.5 * (acc_b + est.bound) {
-                eprintln!("span ending {:.2}: measured {acc_meas:.2} true {acc_true:.2} err {err:.2} bounds {:.2}+{:.2}", t - 1.8e9, acc_b, est.bound);
-            }
-            spans.push((span_t0, t, acc_true, acc_meas));
-            span_t0 = t;
-            (acc_meas, acc_true, acc_t) = (0.0, 0.0, 0.0);
-        }
-        (t_prev, e_true_prev) = (t, e_true);
-    }
-    let t_end = h.now();
-    h.run_until(t_end + 1.0);
-    let (mut worst_cut, mut worst_settled, mut misses) = (0.0f64, 0.0f64, 0);
-    for (a, b, truth, cut) in spans {
-        let w = h.w[0].with_track(|tr| tr.window_estimate(a, b)).unwrap();
-        worst_cut = worst_cut.max((cut - truth).abs());
-        worst_settled = worst_settled.max((w.joules - truth).abs());
-        misses += usize::from((w.joules - truth).abs() > w.bound);
-    }
-    eprintln!("worst span error: cuts {worst_cut:.3} J, settled {worst_settled:.3} J; settled misses {misses}");
 }
