@@ -560,7 +560,8 @@ fn check_work_on_sim(
         covered += usize::from(err <= r.bound_j);
         if err > r.bound_j && std::env::var("SERVING_MISSES").is_ok() {
             eprintln!(
-                "miss {}: {:.3} ± {:.3} vs truth {want:.3} ({:.1} s, {} steps, batch {:.1})",
+                "miss seed {seed} rate {rate} batch {batch} {prompt:?} {output:?} {}: {:.3} ± {:.3} \
+                 vs truth {want:.3} ({:.1} s, {} steps, batch {:.1})",
                 r.id,
                 r.energy_j,
                 r.bound_j,
