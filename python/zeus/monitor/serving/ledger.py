@@ -301,8 +301,8 @@ class EnergyLedger:
                 finite. The step's energy then goes to the residual: nothing measured is lost.
 
         """
-        self._core.end_step(request_ids, prefill_tokens, decode_tokens, kv_tokens)
-        self._deliver()
+        if self._core.end_step(request_ids, prefill_tokens, decode_tokens, kv_tokens):
+            self._deliver()
 
     def finish(
         self, request_id: str, *, output_tokens: float | None = None, at: float | None = None
@@ -316,8 +316,8 @@ class EnergyLedger:
             ValueError: The request is not open.
 
         """
-        self._core.finish(request_id, output_tokens, at)
-        self._deliver()
+        if self._core.finish(request_id, output_tokens, at):
+            self._deliver()
 
     def _deliver(self) -> None:
         raw = self._core.take_records()

@@ -671,9 +671,12 @@ impl EnergyMonitor {
         let w = self.watched(k)?;
         w.with_track(|t| {
             (t.mode() == Mode::Cached).then(|| {
-                t.anchors()
-                    .iter()
-                    .filter(|a| a.t > after)
+                // Anchors are in time order: the ledger asks after every step, and only the
+                // newest one or two are after what it has seen.
+                let anchors = t.anchors();
+                let first = anchors.partition_point(|a| a.t <= after);
+                anchors
+                    .range(first..)
                     .map(|a| (a.t, a.joules, a.t_err))
                     .collect()
             })

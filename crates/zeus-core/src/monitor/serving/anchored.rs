@@ -29,7 +29,7 @@ const HISTORY_S: f64 = 30.0;
 const MAX_ANCHOR_T_ERR: f64 = 0.005;
 /// The shortest anchored span (s). Its edges are exact, so spans can be short: more of them,
 /// and each closer to one batch composition, tell decode and KV-cache work apart better.
-pub(super) const SPAN_S: f64 = 0.2;
+const SPAN_S: f64 = 0.2;
 /// Anchored spans are short, so a fit waits for this many times the ledger's `min_spans` of
 /// them (about 5 s by default): the first fits, on 8 spans, were off by more than their
 /// standard errors said, and early requests missed their bounds by a few percent.
@@ -71,7 +71,6 @@ pub(super) struct AnchoredFits {
     gpus: Vec<GpuFit>,
     /// Every interval (step or gap) of the last [`HISTORY_S`]: start, end, what it did.
     history: VecDeque<(f64, f64, Features)>,
-    span_s: f64,
 }
 
 impl AnchoredFits {
@@ -79,7 +78,6 @@ impl AnchoredFits {
         AnchoredFits {
             gpus: (0..n_gpus).map(|_| GpuFit::default()).collect(),
             history: VecDeque::new(),
-            span_s: SPAN_S,
         }
     }
 
@@ -138,7 +136,7 @@ impl AnchoredFits {
                 g.last = None;
                 continue;
             }
-            if t - t0 < self.span_s {
+            if t - t0 < SPAN_S {
                 continue;
             }
             let energy = joules - j0;

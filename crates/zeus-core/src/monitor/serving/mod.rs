@@ -1051,6 +1051,11 @@ impl Ledger {
         self.free.push(k);
     }
 
+    /// How many records are ready ([`Ledger::take_records`]).
+    pub fn ready(&self) -> usize {
+        self.ready.len()
+    }
+
     /// Records ready since the last call, in the order they became ready.
     pub fn take_records(&mut self) -> Vec<RequestRecord> {
         std::mem::take(&mut self.ready)

@@ -52,6 +52,11 @@ impl PyZeusMonitor {
         let st = self.state()?;
         Ok((st.indices.clone(), st.gpus.now()))
     }
+
+    /// The monitor's clock (s).
+    pub(super) fn now(&self) -> PyResult<f64> {
+        Ok(self.state()?.gpus.now())
+    }
 }
 
 fn lock(m: &Mutex<EnergyMonitor>) -> MutexGuard<'_, EnergyMonitor> {

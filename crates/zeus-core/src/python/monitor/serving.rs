@@ -31,6 +31,9 @@ struct State {
     energy: Vec<f64>,
     bound: Vec<f64>,
     work: Vec<(u32, Work)>,
+    /// When the last cut was (the monitor's clock): each cut's end is the last one's plus the
+    /// slice's time, exactly the instant the monitor evaluated, with no clock read of ours.
+    edge: f64,
 }
 
 /// Rust half of `zeus.monitor.serving.EnergyLedger`.
@@ -46,33 +49,60 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl State {
-    /// Fit the spans whose energy has settled (a lock and a comparison when none is due).
-    fn settle(&mut self) -> PyResult<()> {
-        let monitor = self.monitor.get();
-        let ledger = &mut self.ledger;
-        monitor.with_core(|m: &mut EnergyMonitor| ledger.settle(&mut FromMonitor(m)))
-    }
-
-    /// Cut the window: the energy and bound of each GPU since the last cut, and the time.
-    fn cut(&mut self, py: Python<'_>) -> PyResult<(f64, f64)> {
+    /// Cut the window and give the slice to the ledger, as a step of `self.work` (`as_step`)
+    /// or as a gap (residual), then fit what has settled: one lock of the monitor for all of
+    /// it. A step the ledger refuses still has its slice taken: it goes to the residual.
+    fn cut_into_ledger(&mut self, py: Python<'_>, as_step: bool) -> PyResult<()> {
         if !self.open {
             return Err(PyRuntimeError::new_err("the serving ledger is closed"));
         }
-        let key = &self.key;
-        let monitor = self.monitor.get();
-        let out = monitor.with_core(|m: &mut EnergyMonitor| m.cut_window(key))?;
-        let out = out.py_err(py)?;
-        if !out.warnings.is_empty() {
-            warn(py, &out.warnings)?;
+        let State {
+            ledger,
+            monitor,
+            key,
+            energy,
+            bound,
+            work,
+            edge,
+            ..
+        } = self;
+        let out = monitor.get().with_core(|m: &mut EnergyMonitor| {
+            let out = m.cut_window(key)?;
+            let slice = out.measurement;
+            energy.clear();
+            bound.clear();
+            energy.extend(slice.energy.iter().map(|(_, e)| e.max(0.0)));
+            bound.extend(slice.energy_bound.iter().map(|(_, b)| b.max(0.0)));
+            let seconds = slice.time.max(0.0);
+            *edge += seconds;
+            let cut = Cut {
+                seconds,
+                energy,
+                bound,
+            };
+            let step = if as_step {
+                ledger
+                    .step_slots(cut, *edge, work)
+                    .or_else(|e| ledger.gap(cut, *edge).and(Err(e)))
+            } else {
+                ledger.gap(cut, *edge)
+            };
+            ledger.settle(&mut FromMonitor(m));
+            Ok((out.warnings, step))
+        })?;
+        let (warnings, step) = out.py_err(py)?;
+        if !warnings.is_empty() {
+            warn(py, &warnings)?;
         }
-        let m = out.measurement;
-        self.energy.clear();
-        self.bound.clear();
-        self.energy.extend(m.energy.iter().map(|(_, e)| e.max(0.0)));
-        self.bound
-            .extend(m.energy_bound.iter().map(|(_, b)| b.max(0.0)));
-        let (_, now) = monitor.indices_and_now()?;
-        Ok((m.time.max(0.0), now))
+        step.py_err(py)
+    }
+
+    /// `at`, or now on the monitor's clock.
+    fn at_or_now(&self, at: Option<f64>) -> PyResult<f64> {
+        match at {
+            Some(t) => Ok(t),
+            None => self.monitor.get().now(),
+        }
     }
 }
 
@@ -115,9 +145,15 @@ impl PyEnergyLedger {
             "__zeus_serving_ledger_{}__",
             NEXT_KEY.fetch_add(1, Ordering::Relaxed)
         );
-        monitor
+        let start = monitor
             .get()
-            .with_core(|m: &mut EnergyMonitor| m.begin_window(&key))?
+            .with_core(|m: &mut EnergyMonitor| {
+                m.begin_window(&key)?;
+                Ok(m.open_windows()
+                    .into_iter()
+                    .find(|w| w.key == key)
+                    .map_or(now, |w| w.time))
+            })?
             .py_err(py)?;
         Ok(PyEnergyLedger {
             state: Mutex::new(State {
@@ -128,6 +164,7 @@ impl PyEnergyLedger {
                 energy: Vec::new(),
                 bound: Vec::new(),
                 work: Vec::new(),
+                edge: start,
             }),
             gpu_indices: indices,
             method: method.name(),
@@ -159,30 +196,19 @@ impl PyEnergyLedger {
         at: Option<f64>,
     ) -> PyResult<()> {
         let mut st = lock(&self.state);
-        let at = match at {
-            Some(t) => t,
-            None => st.monitor.get().indices_and_now()?.1,
-        };
+        let at = st.at_or_now(at)?;
         st.ledger.arrive(request_id, group, at).py_err(py)
     }
 
     /// A step begins: the energy since the last step ended (idle, scheduling) goes to the
     /// residual.
     fn begin_step(&self, py: Python<'_>) -> PyResult<()> {
-        let mut st = lock(&self.state);
-        let (seconds, now) = st.cut(py)?;
-        let st = &mut *st;
-        let cut = Cut {
-            seconds,
-            energy: &st.energy,
-            bound: &st.bound,
-        };
-        st.ledger.gap(cut, now).py_err(py)?;
-        st.settle()
+        lock(&self.state).cut_into_ledger(py, false)
     }
 
     /// A step ended: its energy (since the step began, or since the last step ended) goes to
-    /// `request_ids`, each with its prefill, decode and KV-cache tokens in the step.
+    /// `request_ids`, each with its prefill, decode and KV-cache tokens in the step. Returns
+    /// how many records are ready (`take_records`), so that a step with none costs no call.
     fn end_step(
         &self,
         py: Python<'_>,
@@ -190,7 +216,7 @@ impl PyEnergyLedger {
         prefill_tokens: &Bound<'_, PyAny>,
         decode_tokens: &Bound<'_, PyAny>,
         kv_tokens: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    ) -> PyResult<usize> {
         // Items are read where they lie (a list or tuple's own array; strings as their cached
         // UTF-8): at 256 requests, copying them into vectors first cost more than the ledger.
         let ids = request_ids.cast::<PySequence>()?;
@@ -230,22 +256,12 @@ impl PyEnergyLedger {
                 },
             ));
         }
-        let (seconds, now) = st.cut(py)?;
-        let cut = Cut {
-            seconds,
-            energy: &st.energy,
-            bound: &st.bound,
-        };
-        if let Err(e) = st.ledger.step_slots(cut, now, &st.work) {
-            // The cut is taken: its energy goes to the residual rather than nowhere.
-            st.ledger.gap(cut, now).py_err(py)?;
-            return Err(e).py_err(py);
-        }
-        st.settle()
+        st.cut_into_ledger(py, true)?;
+        Ok(st.ledger.ready())
     }
 
     /// Request `request_id` finished (at `at`, default now), having generated
-    /// `output_tokens` (default: counted from its steps).
+    /// `output_tokens` (default: counted from its steps). Returns how many records are ready.
     #[pyo3(signature = (request_id, output_tokens = None, at = None))]
     fn finish(
         &self,
@@ -253,13 +269,11 @@ impl PyEnergyLedger {
         request_id: &str,
         output_tokens: Option<f64>,
         at: Option<f64>,
-    ) -> PyResult<()> {
+    ) -> PyResult<usize> {
         let mut st = lock(&self.state);
-        let at = match at {
-            Some(t) => t,
-            None => st.monitor.get().indices_and_now()?.1,
-        };
-        st.ledger.finish(request_id, at, output_tokens).py_err(py)
+        let at = st.at_or_now(at)?;
+        st.ledger.finish(request_id, at, output_tokens).py_err(py)?;
+        Ok(st.ledger.ready())
     }
 
     /// The records ready since the last call: one dict per request.
@@ -384,17 +398,12 @@ impl PyEnergyLedger {
         if !st.open {
             return Ok(());
         }
-        let (seconds, now) = st.cut(py)?;
+        st.cut_into_ledger(py, false)?;
         let st = &mut *st;
-        let cut = Cut {
-            seconds,
-            energy: &st.energy,
-            bound: &st.bound,
-        };
-        st.ledger.gap(cut, now).py_err(py)?;
-        let monitor = st.monitor.get();
         let ledger = &mut st.ledger;
-        monitor.with_core(|m: &mut EnergyMonitor| ledger.flush(true, &mut FromMonitor(m)))?;
+        st.monitor
+            .get()
+            .with_core(|m: &mut EnergyMonitor| ledger.flush(true, &mut FromMonitor(m)))?;
         st.open = false;
         let key = st.key.clone();
         st.monitor
