@@ -305,7 +305,6 @@ pub struct Ledger {
     /// When the model was last solved.
     refit_at: f64,
     weights: Option<Weights>,
-    scratch: Vec<f64>,
 }
 
 impl Ledger {
@@ -352,7 +351,6 @@ impl Ledger {
             anchored: AnchoredFits::new(n_gpus),
             refit_at: f64::NEG_INFINITY,
             weights: None,
-            scratch: Vec::new(),
         })
     }
 
@@ -581,11 +579,7 @@ impl Ledger {
                     self.totals.residual_j += total;
                     self.totals.residual_bound_j += bound;
                 } else {
-                    self.scratch.clear();
-                    self.scratch.extend_from_slice(cut.energy);
-                    let gpu = std::mem::take(&mut self.scratch);
-                    self.attribute(work, cut.seconds, total, &gpu, bound, None);
-                    self.scratch = gpu;
+                    self.attribute(work, cut.seconds, total, cut.energy, bound, None);
                 }
             }
             Method::Work => self.pend(cut, work),
