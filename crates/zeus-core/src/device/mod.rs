@@ -9,6 +9,7 @@
 //! - [`nvml`]: the NVIDIA Management Library, loaded at run time through `nvml-wrapper`.
 //! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
 
+pub mod amd;
 pub mod cpu;
 pub mod error;
 pub mod nvml;
@@ -32,6 +33,10 @@ pub enum Architecture {
     Ada,
     Hopper,
     Blackwell,
+    /// AMD Instinct MI200 (`gfx90a`).
+    Cdna2,
+    /// AMD Instinct MI300 (`gfx942`).
+    Cdna3,
     Unknown,
 }
 
@@ -48,7 +53,7 @@ impl Architecture {
             Architecture::Ada => 8,
             Architecture::Hopper => 9,
             Architecture::Blackwell => 10,
-            Architecture::Unknown => 0xffff_ffff,
+            Architecture::Cdna2 | Architecture::Cdna3 | Architecture::Unknown => 0xffff_ffff,
         }
     }
 
@@ -64,7 +69,26 @@ impl Architecture {
             Architecture::Ada => "ada",
             Architecture::Hopper => "hopper",
             Architecture::Blackwell => "blackwell",
+            Architecture::Cdna2 => "cdna2",
+            Architecture::Cdna3 => "cdna3",
             Architecture::Unknown => "unknown",
+        }
+    }
+}
+
+/// Who made a GPU, and so which driver library speaks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Vendor {
+    Nvidia,
+    Amd,
+}
+
+impl Vendor {
+    /// Lower-case name, the `vendor` label of the exporter's metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
         }
     }
 }
@@ -75,6 +99,10 @@ impl Architecture {
 /// synchronisation, so a `Gpu` can be shared between the training thread and a sampler thread.
 pub trait Gpu: Send + Sync {
     fn name(&self) -> GpuResult<String>;
+    /// Who made it (NVIDIA unless the backend says otherwise).
+    fn vendor(&self) -> Vendor {
+        Vendor::Nvidia
+    }
     fn uuid(&self) -> GpuResult<String>;
     fn architecture(&self) -> GpuResult<Architecture>;
     /// `(min, max)` settable power limit, mW.

@@ -17,6 +17,10 @@
 //! | `ZEUS_SIM_INSTANT_POWER` | `1`/`0`: whether the instant power field exists | the preset's |
 //! | `ZEUS_SIM_AVERAGE_WINDOW_MS` | window of `nvmlDeviceGetPowerUsage` (0: not averaged) | the preset's |
 //! | `ZEUS_SIM_FIELD_TIMESTAMP` | `update`: field values carry the time of their update; `call`: the time of the call | `update` |
+//! | `ZEUS_SIM_AVERAGE_POWER` | `1`/`0`: whether the averaged power reading exists | the preset's |
+//! | `ZEUS_SIM_COUNTER_SCALE` | the counter counts this many times the energy (a wrong resolution: MI210's counted 1/15 of it) | 1 |
+//! | `ZEUS_SIM_COUNTER_BACKWARDS` | `1`: every fifth counter read returns the value of 0.25 s before (amdsmi#115) | `0` |
+//! | `ZEUS_SIM_COUNTER_FROZEN` | `1`: the counter stops where it stands when the device is made (MI100, amdsmi#38) | `0` |
 //! | `ZEUS_SIM_COUNTER_RESETS` | seconds after start at which every counter resets to 0 | none |
 //! | `ZEUS_SIM_FAULTS` | a fault schedule, see [`parse_faults`] | none |
 //!
@@ -53,10 +57,19 @@ pub struct Board {
     pub counter_resolution_mj: u64,
     /// Whether `NVML_FI_DEV_POWER_INSTANT` exists.
     pub instant_power: bool,
+    /// Whether the averaged power reading exists.
+    pub average_power: bool,
     /// Trailing window of the average power, s (0: the instantaneous sample at the update).
     pub average_window_s: f64,
     pub field_timestamps: FieldTimestamps,
+    /// The counter counts this many times the energy drawn (1: right).
+    pub counter_scale: f64,
+    /// Every fifth counter read returns the value of [`BACKWARDS_BY_S`] before.
+    pub counter_backwards: bool,
 }
+
+/// How stale a backwards counter read is, s.
+pub const BACKWARDS_BY_S: f64 = 0.25;
 
 impl Board {
     /// The preset's own timing.
@@ -68,8 +81,11 @@ impl Board {
             power_noise: DEFAULT_POWER_NOISE,
             counter_resolution_mj: 1,
             instant_power: preset.instant_power,
+            average_power: preset.average_power,
             average_window_s: preset.average_window_s,
             field_timestamps: FieldTimestamps::Update,
+            counter_scale: 1.0,
+            counter_backwards: false,
         }
     }
 
@@ -80,7 +96,13 @@ impl Board {
 
     /// How much past a device must remember to answer readings about it.
     pub fn history_span(&self) -> f64 {
+        let backwards = if self.counter_backwards {
+            BACKWARDS_BY_S
+        } else {
+            0.0
+        };
         self.average_window_s
+            + backwards
             + 2.0 * self.power_period_s.max(self.counter_period_s)
             + self.counter_lag_s
             + 0.5
@@ -101,6 +123,11 @@ pub struct BoardKnobs {
     pub instant_power: Option<bool>,
     pub average_window_s: Option<f64>,
     pub field_timestamps: Option<FieldTimestamps>,
+    pub average_power: Option<bool>,
+    pub counter_scale: Option<f64>,
+    pub counter_backwards: bool,
+    /// The counter stops where it stands when the devices are made.
+    pub counter_frozen: bool,
     /// Seconds after the devices are made at which every counter resets to 0.
     pub counter_resets_s: Vec<f64>,
     /// Faults, in seconds after the devices are made.
@@ -136,6 +163,13 @@ impl BoardKnobs {
         if let Some(f) = self.field_timestamps {
             b.field_timestamps = f;
         }
+        if let Some(a) = self.average_power {
+            b.average_power = a;
+        }
+        if let Some(k) = self.counter_scale {
+            b.counter_scale = k;
+        }
+        b.counter_backwards = self.counter_backwards;
         b
     }
 
@@ -152,18 +186,11 @@ impl BoardKnobs {
         let counter_resolution_mj =
             env_number("ZEUS_SIM_COUNTER_RESOLUTION_MJ", 1.0, 1e9, "millijoules")?
                 .map(|r| r.round() as u64);
-        let instant_power = match env_value("ZEUS_SIM_INSTANT_POWER") {
-            None => None,
-            Some(v) => Some(match v.to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" => true,
-                "0" | "false" | "no" => false,
-                _ => {
-                    return Err(GpuError::Init(format!(
-                        "ZEUS_SIM_INSTANT_POWER={v:?} is not valid: use 1 or 0"
-                    )))
-                }
-            }),
-        };
+        let instant_power = env_bool("ZEUS_SIM_INSTANT_POWER")?;
+        let average_power = env_bool("ZEUS_SIM_AVERAGE_POWER")?;
+        let counter_scale = env_number("ZEUS_SIM_COUNTER_SCALE", 1e-3, 1e3, "a factor")?;
+        let counter_backwards = env_bool("ZEUS_SIM_COUNTER_BACKWARDS")?.unwrap_or(false);
+        let counter_frozen = env_bool("ZEUS_SIM_COUNTER_FROZEN")?.unwrap_or(false);
         let field_timestamps = match env_value("ZEUS_SIM_FIELD_TIMESTAMP") {
             None => None,
             Some(v) => Some(match v.to_ascii_lowercase().as_str() {
@@ -203,9 +230,26 @@ impl BoardKnobs {
             instant_power,
             average_window_s,
             field_timestamps,
+            average_power,
+            counter_scale,
+            counter_backwards,
+            counter_frozen,
             counter_resets_s,
             faults,
         })
+    }
+}
+
+fn env_bool(name: &str) -> GpuResult<Option<bool>> {
+    match env_value(name) {
+        None => Ok(None),
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" => Ok(Some(true)),
+            "0" | "false" | "no" => Ok(Some(false)),
+            _ => Err(GpuError::Init(format!(
+                "{name}={v:?} is not valid: use 1 or 0"
+            ))),
+        },
     }
 }
 

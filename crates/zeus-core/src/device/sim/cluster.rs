@@ -83,7 +83,11 @@ impl SimConfig {
                     ))
                 })
             })
-            .collect::<GpuResult<Vec<_>>>()?;
+            .collect::<GpuResult<Vec<_>>>()?
+            .into_iter()
+            // A two-die board (MI250X) enumerates as two GPUs.
+            .flat_map(|p| std::iter::repeat_n(p, p.dies.max(1)))
+            .collect::<Vec<_>>();
         let virtual_clock = env_flag("ZEUS_SIM_CLOCK", false, &["virtual"], &["real"])?;
         let privileged = env_flag(
             "ZEUS_SIM_PRIVILEGED",
@@ -163,6 +167,21 @@ impl SimCluster {
     /// file, which can fail (a mismatch, an unreadable file, a virtual clock).
     pub fn open(config: SimConfig) -> GpuResult<SimCluster> {
         config.check()?;
+        // Dies of a two-die board come in pairs: the first of a run of its preset is even.
+        let dies: Vec<Die> = {
+            let mut v = Vec::with_capacity(config.presets.len());
+            for (i, p) in config.presets.iter().enumerate() {
+                let die = if p.dies < 2 {
+                    Die::Whole
+                } else if i > 0 && v[i - 1] == Die::Even && config.presets[i - 1].key == p.key {
+                    Die::Odd
+                } else {
+                    Die::Even
+                };
+                v.push(die);
+            }
+            v
+        };
         let build = |clock: Arc<SimClock>| -> Vec<SimGpu> {
             config
                 .presets
@@ -181,6 +200,7 @@ impl SimCluster {
                     if let Some(cost) = config.energy_read_cost_s {
                         g.energy_read_cost_s = cost;
                     }
+                    g.die = dies[i];
                     g.with_knobs(&config.board)
                 })
                 .collect()
@@ -198,10 +218,18 @@ impl SimCluster {
                 (clock.clone(), build(clock))
             }
         };
-        Ok(SimCluster {
-            clock,
-            devices: devices.into_iter().map(Arc::new).collect(),
-        })
+        let devices: Vec<Arc<SimGpu>> = devices.into_iter().map(Arc::new).collect();
+        for pair in devices.windows(2) {
+            if pair[0].die == Die::Even && pair[1].die == Die::Odd {
+                let _ = pair[0].partner.set(Arc::downgrade(&pair[1]));
+            }
+        }
+        if config.board.counter_frozen {
+            for d in &devices {
+                d.freeze_counter();
+            }
+        }
+        Ok(SimCluster { clock, devices })
     }
 
     pub fn clock(&self) -> Arc<SimClock> {

@@ -154,6 +154,15 @@ pub(super) struct State {
     pub(super) curve_gen: u64,
 }
 
+/// Which die of a board a device is. The MI250X enumerates its two dies as two GPUs, and
+/// the odd one reports 0 W: the package's power and energy are in the even die's readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Die {
+    Whole,
+    Even,
+    Odd,
+}
+
 /// One simulated GPU.
 #[derive(Debug)]
 pub struct SimGpu {
@@ -177,9 +186,16 @@ pub struct SimGpu {
     pub(super) faults: Mutex<Vec<Fault>>,
     /// Counter resets: when, and the energy (J) at that moment once known.
     pub(super) resets: Mutex<Vec<(f64, Option<f64>)>>,
-    /// The counter reading every later read returns once the counter froze (a board whose
-    /// counter stops counting while the board draws power, as MI100's did).
-    pub(super) frozen: Mutex<Option<(u64, f64)>>,
+    /// The counter reading (J, and the update it shows) every later read returns once the
+    /// counter froze (a board whose counter stops counting while the board draws power, as
+    /// MI100's did).
+    pub(super) frozen: Mutex<Option<(f64, f64)>>,
+    /// Which die of a two-die board (MI250X) this is; `Whole` for every other board.
+    pub(super) die: Die,
+    /// The even die's partner, whose power and energy its readings include.
+    pub(super) partner: std::sync::OnceLock<std::sync::Weak<SimGpu>>,
+    /// Counter reads so far (a backwards counter misreads every fifth).
+    pub(super) counter_reads: std::sync::atomic::AtomicU64,
     /// On a virtual clock, whether a driver call moves the clock by what it costs (so that a
     /// test sees reads take time, as they do on the real clock).
     pub(super) virtual_call_time: std::sync::atomic::AtomicBool,
@@ -391,6 +407,9 @@ impl SimGpu {
             faults: Mutex::new(Vec::new()),
             resets: Mutex::new(Vec::new()),
             frozen: Mutex::new(None),
+            die: Die::Whole,
+            partner: std::sync::OnceLock::new(),
+            counter_reads: std::sync::atomic::AtomicU64::new(0),
             virtual_call_time: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(state),
             shared: None,
@@ -479,8 +498,48 @@ impl SimGpu {
 
     /// Stop the energy counter where it stands: every later read returns the value of now.
     pub fn freeze_counter(&self) {
-        let reading = self.counter_reading(self.clock.now());
+        let reading = self.counter_joules(self.clock.now(), false);
         *lock(&self.frozen) = Some(reading);
+    }
+
+    /// Which die of its board this device is.
+    pub fn die(&self) -> Die {
+        self.die
+    }
+
+    /// The energy (J) the board's counter covers by `t`: this device's, plus its partner's on
+    /// the even die of a two-die board, nothing on the odd die.
+    fn package_energy_at_past(&self, s: &State, t: f64) -> f64 {
+        match self.die {
+            Die::Odd => 0.0,
+            Die::Whole => s.energy_at_past(self.preset, t),
+            Die::Even => {
+                s.energy_at_past(self.preset, t)
+                    + self.partner_state(|p, ps| ps.energy_at_past(p.preset, t))
+            }
+        }
+    }
+
+    /// The power (W) the board's readings cover at `t`, as [`Self::package_energy_at_past`].
+    fn package_power_at_past(&self, s: &State, t: f64) -> f64 {
+        match self.die {
+            Die::Odd => 0.0,
+            Die::Whole => s.power_at_past(self.preset, t),
+            Die::Even => {
+                s.power_at_past(self.preset, t)
+                    + self.partner_state(|p, ps| ps.power_at_past(p.preset, t))
+            }
+        }
+    }
+
+    fn partner_state(&self, f: impl FnOnce(&SimGpu, &State) -> f64) -> f64 {
+        match self.partner.get().and_then(std::sync::Weak::upgrade) {
+            Some(p) => {
+                let s = p.state();
+                f(&p, &s)
+            }
+            None => 0.0,
+        }
     }
 
     /// The energy (J) the counter had counted before its latest reset at or before `t` (0
@@ -549,24 +608,48 @@ impl SimGpu {
         self.counter_phase + ((t - self.counter_phase) / p).floor() * p
     }
 
-    /// What the counter shows at `now`: the energy at its last update that has been published,
-    /// counted since the last reset, in steps of its resolution; and the time of that update.
-    pub(super) fn counter_reading(&self, now: f64) -> (u64, f64) {
+    /// What the counter counts at `now` (J, unrounded): the energy at its last update that
+    /// has been published, counted since the last reset, times the board's counter scale; and
+    /// the time of that update. A `read` of a backwards counter may return an older value.
+    pub(super) fn counter_joules(&self, now: f64, read: bool) -> (f64, f64) {
         if let Some(frozen) = *lock(&self.frozen) {
             return frozen;
         }
+        let now = if read
+            && self.board.counter_backwards
+            && self
+                .counter_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                % 5
+                == 4
+        {
+            now - board::BACKWARDS_BY_S
+        } else {
+            now
+        };
         let (t, e) = if self.real() {
             let t = self.last_counter_update(now - self.board.counter_lag_s);
             let s = self.state();
-            let e = s.energy_at_past(self.preset, t) - self.reset_offset(&s, t);
+            let e = self.package_energy_at_past(&s, t) - self.reset_offset(&s, t);
             (t, e)
         } else {
             let s = self.state();
-            let e = s.energy_at(self.preset, now) - self.reset_offset(&s, now);
+            let e = if self.die == Die::Whole {
+                s.energy_at(self.preset, now)
+            } else {
+                self.package_energy_at_past(&s, now.max(s.t_last))
+            } - self.reset_offset(&s, now);
             (now, e)
         };
+        (e.max(0.0) * self.board.counter_scale, t)
+    }
+
+    /// What the counter shows at `now`, in mJ in steps of its resolution, and the time of the
+    /// update it shows.
+    pub(super) fn counter_reading(&self, now: f64, read: bool) -> (u64, f64) {
+        let (e, t) = self.counter_joules(now, read);
         let res = self.board.counter_resolution_mj.max(1);
-        let mj = (e.max(0.0) * 1000.0) as u64;
+        let mj = (e * 1000.0) as u64;
         (mj - mj % res, t)
     }
 
@@ -576,6 +659,11 @@ impl SimGpu {
         if instant && !self.board.instant_power {
             return Err(GpuError::NotSupported(
                 "nvmlDeviceGetFieldValues(NVML_FI_DEV_POWER_INSTANT): Not Supported".into(),
+            ));
+        }
+        if !instant && !self.board.average_power {
+            return Err(GpuError::NotSupported(
+                "average power: Not Supported on this board".into(),
             ));
         }
         self.check_fault(board::calls::POWER, "nvmlDeviceGetPowerUsage")?;
@@ -588,26 +676,34 @@ impl SimGpu {
             let w = self.board.average_window_s;
             let p = if instant {
                 // The power at the last update, with a little noise per update.
-                s.power_at_past(self.preset, t) * (1.0 + noise * self.noise(k, 2))
+                self.package_power_at_past(&s, t) * (1.0 + noise * self.noise(k, 2))
             } else if w > 0.0 {
                 // The trailing average published at the last update.
-                (s.energy_at_past(self.preset, t) - s.energy_at_past(self.preset, t - w)) / w
+                (self.package_energy_at_past(&s, t) - self.package_energy_at_past(&s, t - w))
+                    / w
                     * (1.0 + noise * self.noise(k, 1))
             } else {
                 // Boards whose "average" is the instantaneous sample at the update.
-                s.power_at_past(self.preset, t) * (1.0 + noise * self.noise(k, 1))
+                self.package_power_at_past(&s, t) * (1.0 + noise * self.noise(k, 1))
             };
             return Ok(((p.max(0.0) * 1000.0).round() as u32, t));
         }
+        let true_w = match self.die {
+            Die::Whole => self.true_power_w(),
+            _ => {
+                let s = self.state();
+                self.package_power_at_past(&s, now.max(s.t_last))
+            }
+        };
         if instant {
-            return Ok(((self.true_power_w() * 1000.0).round() as u32, now));
+            return Ok(((true_w * 1000.0).round() as u32, now));
         }
         // Piecewise constant over the driver's update period, with a little deterministic noise
         // per period, as real boards behave (and as update-period detection relies on).
         let period = self.board.power_period_s;
         let slot = (now / period).floor() as u64;
         let u = (splitmix64(slot ^ ((self.index as u64) << 56)) >> 11) as f64 / (1u64 << 53) as f64;
-        let p = self.true_power_w() * (1.0 + noise * (2.0 * u - 1.0));
+        let p = true_w * (1.0 + noise * (2.0 * u - 1.0));
         Ok(((p * 1000.0).round() as u32, now))
     }
 
@@ -622,13 +718,33 @@ impl SimGpu {
         self.check_fault(board::calls::ENERGY, "nvmlDeviceGetTotalEnergyConsumption")?;
         self.pay(self.energy_read_cost_s);
         let now = self.clock.now();
-        let (mj, t) = self.counter_reading(now);
+        let (mj, t) = self.counter_reading(now, true);
         let published = if self.real() {
             t + self.board.counter_lag_s
         } else {
             now
         };
         Ok((mj, published))
+    }
+
+    /// The energy counter in the board's own unit (`Preset::counter_unit_uj`: amdsmi's
+    /// accumulator counts 15.3 µJ steps) and the moment its value was published.
+    pub fn energy_counter_ticks(&self) -> GpuResult<(u64, f64)> {
+        if !self.preset.energy_counter {
+            return Err(GpuError::NotSupported(
+                "energy counter: Not Supported on this board".into(),
+            ));
+        }
+        self.check_fault(board::calls::ENERGY, "amdsmi_get_energy_count")?;
+        self.pay(self.energy_read_cost_s);
+        let now = self.clock.now();
+        let (e, t) = self.counter_joules(now, true);
+        let published = if self.real() {
+            t + self.board.counter_lag_s
+        } else {
+            now
+        };
+        Ok(((e * 1e6 / self.preset.counter_unit_uj) as u64, published))
     }
 
     /// Reading noise of update `k` of this device, `[-1, 1)`, different per reading `kind`.
@@ -828,6 +944,9 @@ pub const CLOCK_EVENT_SW_POWER_CAP: u64 = 0x4;
 impl Gpu for SimGpu {
     fn name(&self) -> GpuResult<String> {
         Ok(format!("{} (Simulated)", self.preset.name))
+    }
+    fn vendor(&self) -> Vendor {
+        self.preset.vendor
     }
     fn uuid(&self) -> GpuResult<String> {
         Ok(self.uuid.clone())

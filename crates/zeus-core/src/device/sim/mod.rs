@@ -44,7 +44,7 @@ pub use workload::{ClockCurve, ClockPoint, CurvePoint, WorkloadCurve};
 
 use super::{
     Architecture, BackendKind, Clock, Gpu, GpuError, GpuResult, Gpus, MemoryInfo, PowerSample,
-    Utilization,
+    Utilization, Vendor,
 };
 
 pub use cluster::{global_cluster, reset_global_cluster, SimCluster, SimConfig};

@@ -11,7 +11,7 @@
 //! (NVML: "On Ampere (except GA100) or newer GPUs, the API returns power averaged over 1 sec
 //! interval. On GA100 and older architectures, instantaneous power is returned").
 
-use super::super::Architecture;
+use super::super::{Architecture, Vendor};
 
 /// A simulated GPU model.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +20,11 @@ pub struct Preset {
     pub key: &'static str,
     /// Marketing name; the device's name is this plus `" (Simulated)"`.
     pub name: &'static str,
+    /// Whose board it is: which driver library speaks for it (NVML or amdsmi).
+    pub vendor: Vendor,
+    /// Dies that enumerate as separate GPUs (2 on the MI250X, whose odd die reports no power:
+    /// its power and energy are in the even die's readings). `ZEUS_SIM_GPUS=MI250X` makes both.
+    pub dies: usize,
     pub architecture: Architecture,
     pub min_power_limit_mw: u32,
     pub max_power_limit_mw: u32,
@@ -32,8 +37,15 @@ pub struct Preset {
     pub graphics_clock_step_mhz: u32,
     /// Whether `nvmlDeviceGetTotalEnergyConsumption` works (Volta and newer).
     pub energy_counter: bool,
-    /// Whether the instantaneous power field exists (Ampere and newer here).
+    /// Whether the instantaneous power field exists (Ampere and newer here; amdsmi's
+    /// `current_socket_power`, MI300 and later).
     pub instant_power: bool,
+    /// Whether the driver's averaged power exists (every NVIDIA board; amdsmi's
+    /// `average_socket_power`, MI200 and earlier).
+    pub average_power: bool,
+    /// The energy counter's unit, µJ: 1000 for NVML's mJ, 15.3 for amdsmi's accumulator
+    /// (`counter_resolution`, as observed on MI100 and MI2xx).
+    pub counter_unit_uj: f64,
     /// How often the driver refreshes the energy counter and both power readings, seconds.
     pub power_update_period_s: f64,
     /// How long after an update the energy counter shows it, seconds.
@@ -74,6 +86,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         key: "P100",
         name: "Tesla P100-PCIE-16GB",
+        vendor: Vendor::Nvidia,
+        dies: 1,
         architecture: Architecture::Pascal,
         min_power_limit_mw: 125_000,
         max_power_limit_mw: 250_000,
@@ -87,6 +101,8 @@ pub const PRESETS: &[Preset] = &[
         instant_power: false,
         power_update_period_s: 0.020,
         counter_delay_s: 0.015,
+        average_power: true,
+        counter_unit_uj: 1000.0,
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
@@ -98,6 +114,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         key: "V100",
         name: "Tesla V100-PCIE-32GB",
+        vendor: Vendor::Nvidia,
+        dies: 1,
         architecture: Architecture::Volta,
         min_power_limit_mw: 100_000,
         max_power_limit_mw: 250_000,
@@ -111,6 +129,8 @@ pub const PRESETS: &[Preset] = &[
         instant_power: false,
         power_update_period_s: 0.020,
         counter_delay_s: 0.015,
+        average_power: true,
+        counter_unit_uj: 1000.0,
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
@@ -122,6 +142,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         key: "A40",
         name: "NVIDIA A40",
+        vendor: Vendor::Nvidia,
+        dies: 1,
         architecture: Architecture::Ampere,
         min_power_limit_mw: 100_000,
         max_power_limit_mw: 300_000,
@@ -135,6 +157,8 @@ pub const PRESETS: &[Preset] = &[
         instant_power: true,
         power_update_period_s: 0.100,
         counter_delay_s: 0.015,
+        average_power: true,
+        counter_unit_uj: 1000.0,
         average_window_s: 1.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
@@ -146,6 +170,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         key: "A100",
         name: "NVIDIA A100-SXM4-40GB",
+        vendor: Vendor::Nvidia,
+        dies: 1,
         architecture: Architecture::Ampere,
         min_power_limit_mw: 100_000,
         max_power_limit_mw: 400_000,
@@ -159,6 +185,8 @@ pub const PRESETS: &[Preset] = &[
         instant_power: true,
         power_update_period_s: 0.100,
         counter_delay_s: 0.015,
+        average_power: true,
+        counter_unit_uj: 1000.0,
         average_window_s: 0.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
@@ -170,6 +198,8 @@ pub const PRESETS: &[Preset] = &[
     Preset {
         key: "H100",
         name: "NVIDIA H100 80GB HBM3",
+        vendor: Vendor::Nvidia,
+        dies: 1,
         architecture: Architecture::Hopper,
         min_power_limit_mw: 200_000,
         max_power_limit_mw: 700_000,
@@ -183,6 +213,8 @@ pub const PRESETS: &[Preset] = &[
         instant_power: true,
         power_update_period_s: 0.100,
         counter_delay_s: 0.015,
+        average_power: true,
+        counter_unit_uj: 1000.0,
         average_window_s: 1.0,
         energy_read_cost_s: 3.5e-3,
         power_read_cost_s: 1e-6,
@@ -190,6 +222,98 @@ pub const PRESETS: &[Preset] = &[
         pci_device_id: 0x233010DE,
         pcie: (5, 16),
         default_workload: Some("bert_train_step"),
+    },
+    // AMD Instinct boards, read through amdsmi. Published: power caps (MI300X 750 W OAM, MI250X
+    // 560 W OAM for its two dies, MI210 300 W PCIe), memory, clocks, PCI ids (vendor 0x1002).
+    // Which power reading each has (MI300X `current_socket_power`, MI2xx
+    // `average_socket_power`) and the counter's 15.3 µJ unit are from AMD's docs and issue
+    // trackers. Not measured, and so assumptions: both readings and the counter refresh every
+    // millisecond (the driver caches reads for 1 ms), with no lag between them, and a read of
+    // either costs 50 µs of CPU (one pass over the GPU metrics table). The MI250X preset is one
+    // die, with half the package's power range.
+    Preset {
+        key: "MI300X",
+        name: "AMD Instinct MI300X",
+        vendor: Vendor::Amd,
+        dies: 1,
+        architecture: Architecture::Cdna3,
+        min_power_limit_mw: 200_000,
+        max_power_limit_mw: 750_000,
+        default_power_limit_mw: 750_000,
+        idle_power_mw: 140_000,
+        memory_clocks_mhz: &[1300],
+        min_graphics_clock_mhz: 500,
+        max_graphics_clock_mhz: 2100,
+        graphics_clock_step_mhz: 100,
+        energy_counter: true,
+        instant_power: true,
+        power_update_period_s: 0.001,
+        counter_delay_s: 0.0,
+        average_power: false,
+        counter_unit_uj: 15.3,
+        average_window_s: 0.0,
+        energy_read_cost_s: 50e-6,
+        power_read_cost_s: 50e-6,
+        memory_mib: 196_608,
+        pci_device_id: 0x74A1_1002,
+        pcie: (5, 16),
+        default_workload: None,
+    },
+    Preset {
+        key: "MI250X",
+        name: "AMD Instinct MI250X",
+        vendor: Vendor::Amd,
+        dies: 2,
+        architecture: Architecture::Cdna2,
+        min_power_limit_mw: 100_000,
+        max_power_limit_mw: 280_000,
+        default_power_limit_mw: 280_000,
+        idle_power_mw: 45_000,
+        memory_clocks_mhz: &[1600],
+        min_graphics_clock_mhz: 500,
+        max_graphics_clock_mhz: 1700,
+        graphics_clock_step_mhz: 100,
+        energy_counter: true,
+        instant_power: false,
+        power_update_period_s: 0.001,
+        counter_delay_s: 0.0,
+        average_power: true,
+        counter_unit_uj: 15.3,
+        average_window_s: 0.0,
+        energy_read_cost_s: 50e-6,
+        power_read_cost_s: 50e-6,
+        memory_mib: 65_536,
+        pci_device_id: 0x740C_1002,
+        pcie: (4, 16),
+        default_workload: None,
+    },
+    Preset {
+        key: "MI210",
+        name: "AMD Instinct MI210",
+        vendor: Vendor::Amd,
+        dies: 1,
+        architecture: Architecture::Cdna2,
+        min_power_limit_mw: 100_000,
+        max_power_limit_mw: 300_000,
+        default_power_limit_mw: 300_000,
+        idle_power_mw: 40_000,
+        memory_clocks_mhz: &[1600],
+        min_graphics_clock_mhz: 500,
+        max_graphics_clock_mhz: 1700,
+        graphics_clock_step_mhz: 100,
+        energy_counter: true,
+        instant_power: false,
+        power_update_period_s: 0.001,
+        counter_delay_s: 0.0,
+        average_power: true,
+        counter_unit_uj: 15.3,
+        average_window_s: 0.0,
+        energy_read_cost_s: 50e-6,
+        power_read_cost_s: 50e-6,
+        memory_mib: 65_536,
+        pci_device_id: 0x740F_1002,
+        pcie: (4, 16),
+        default_workload: None,
     },
 ];
 
@@ -219,7 +343,13 @@ mod tests {
             assert_eq!(g[0], p.max_graphics_clock_mhz);
             assert_eq!(*g.last().unwrap(), p.min_graphics_clock_mhz);
             assert!(g.windows(2).all(|w| w[0] > w[1]));
-            assert_eq!(p.energy_counter, p.architecture >= Architecture::Volta);
+            if p.vendor == Vendor::Nvidia {
+                assert_eq!(p.energy_counter, p.architecture >= Architecture::Volta);
+                assert!(p.average_power && p.dies == 1 && p.counter_unit_uj == 1000.0);
+            } else {
+                assert!(p.instant_power || p.average_power, "{}", p.key);
+                assert!(p.architecture >= Architecture::Cdna2);
+            }
         }
         assert!(find("a40").is_some());
         assert!(find("K80").is_none());
