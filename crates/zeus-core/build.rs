@@ -1,11 +1,12 @@
 //! When building the Python extension (feature `python`), also build the two native artifacts
 //! the wheel ships next to it, and copy them into `python/zeus/_bin/`:
 //! - `libnvidia-ml.so.1`: the simulated GPU speaking the NVML C ABI (crate `zeus-sim-nvml`);
+//! - `libamd_smi.so`: the simulated GPU speaking the amdsmi C ABI (crate `zeus-sim-amdsmi`);
 //! - `zeus-monitor`: the standalone power-logging binary and Prometheus exporter (crate
 //!   `zeus-monitor`);
 //! - `zeusd`: the GPU settings daemon (crate `zeusd`).
 //!
-//! maturin builds one crate, so a nested `cargo build` of those two crates (in their own target
+//! maturin builds one crate, so a nested `cargo build` of those crates (in their own target
 //! directory, so the outer build's lock is not contended) is the way to get them into the same
 //! `pip install .`. Set `ZEUS_SKIP_BUNDLE=1` to skip it.
 
@@ -25,6 +26,7 @@ fn main() {
     for dir in [
         "crates/zeus-core/src",
         "crates/zeus-sim-nvml/src",
+        "crates/zeus-sim-amdsmi/src",
         "crates/zeus-monitor/src",
         "crates/zeusd/src",
     ] {
@@ -41,6 +43,8 @@ fn main() {
             "build",
             "-p",
             "zeus-sim-nvml",
+            "-p",
+            "zeus-sim-amdsmi",
             "-p",
             "zeus-monitor",
             "-p",
@@ -83,16 +87,17 @@ fn main() {
     cmd.env("ZEUS_SKIP_BUNDLE", "1");
     let status = cmd
         .status()
-        .expect("could not run cargo to build zeus-sim-nvml, zeus-monitor and zeusd");
+        .expect("could not run cargo to build the simulated libraries, zeus-monitor and zeusd");
     assert!(
         status.success(),
-        "building zeus-sim-nvml, zeus-monitor and zeusd failed"
+        "building the simulated libraries, zeus-monitor and zeusd failed"
     );
     let built = target_dir.join(if release { "release" } else { "debug" });
     let bin_dir = root.join("python").join("zeus").join("_bin");
     std::fs::create_dir_all(&bin_dir).unwrap();
     for (from, to) in [
         ("libnvidia_ml.so", "libnvidia-ml.so.1"),
+        ("libamd_smi.so", "libamd_smi.so"),
         ("zeus-monitor", "zeus-monitor"),
         ("zeusd", "zeusd"),
     ] {

@@ -30,6 +30,7 @@ _cpus = _core.sim.SimCpus.current
 
 __all__ = [
     "advance",
+    "amdsmi_library_path",
     "cpu_count",
     "cpu_true_energy",
     "cpu_published_energy",
@@ -285,11 +286,29 @@ def nvml_library_path() -> Path:
         FileNotFoundError: the package was built without it.
 
     """
+    return _bundled("libnvidia-ml.so.1", "NVML")
+
+
+def amdsmi_library_path() -> Path:
+    """Absolute path of the simulated `libamd_smi.so` shipped with this package.
+
+    Point zeus at it with `ZEUS_AMDSMI_LIB` (and `ZEUS_GPU_BACKEND=amd`), or AMD's own tools
+    with `LD_LIBRARY_PATH` set to its directory. It reads the same `ZEUS_SIM_*` variables as the
+    in-process simulator (default model MI300X); see `docs/simulated-amdsmi.md`.
+
+    Raises:
+        FileNotFoundError: the package was built without it.
+
+    """
+    return _bundled("libamd_smi.so", "amdsmi")
+
+
+def _bundled(name: str, what: str) -> Path:
     # python/zeus/_bin, shipped with the wheel beside the `zeus` package files.
-    path = Path(__file__).resolve().parents[2] / "_bin" / "libnvidia-ml.so.1"
+    path = Path(__file__).resolve().parents[2] / "_bin" / name
     if not path.is_file():
         raise FileNotFoundError(
-            f"the simulated NVML library is missing at {path}; reinstall zeus from source "
+            f"the simulated {what} library is missing at {path}; reinstall zeus from source "
             "(`pip install .` builds it)"
         )
     return path
