@@ -51,10 +51,14 @@ pub(crate) fn log_prefix() -> String {
 
 /// The visible GPUs, or exit status 1 after printing why they cannot be opened.
 pub(crate) fn open_gpus() -> Result<zeus_core::device::Gpus, ExitCode> {
-    zeus_core::device::Gpus::from_env().map_err(|e| {
+    let gpus = zeus_core::device::Gpus::from_env().map_err(|e| {
         eprintln!("{}ERROR: {e}", log_prefix());
         ExitCode::from(1)
-    })
+    })?;
+    for note in gpus.notes() {
+        eprintln!("{}WARNING: {note}", log_prefix());
+    }
+    Ok(gpus)
 }
 
 /// `zeus-monitor unit [SERVE ARGS...]`: a systemd unit running this very binary's exporter

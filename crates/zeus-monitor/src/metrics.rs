@@ -5,7 +5,7 @@
 //! collector answers from memory: nothing on the scrape path may wait on a slow driver call.
 //!
 //! [`GpuCollector`] is the one collector today. Per GPU (labels `gpu` = visible index, `uuid`,
-//! `model`, `hostname`):
+//! `model`, `vendor` (`nvidia` or `amd`), `hostname`):
 //!
 //! | metric | type | from |
 //! |---|---|---|
@@ -203,6 +203,7 @@ struct Exported {
     index: String,
     uuid: String,
     model: String,
+    vendor: &'static str,
     gpu: Arc<dyn Gpu>,
     /// Whether the sampler polls instant power (else average power) for this GPU.
     polls_instant: bool,
@@ -259,6 +260,7 @@ impl GpuCollector {
                 index: i.to_string(),
                 uuid,
                 model,
+                vendor: gpu.vendor().name(),
                 gpu,
                 polls_instant,
                 has_average,
@@ -345,6 +347,7 @@ impl Collector for GpuCollector {
                 ("gpu", g.index.as_str()),
                 ("uuid", g.uuid.as_str()),
                 ("model", g.model.as_str()),
+                ("vendor", g.vendor),
                 ("hostname", self.hostname.as_str()),
             ];
             let watched = self.lease.watched(k);

@@ -233,7 +233,7 @@ fn metrics_have_labels_help_and_type() {
         assert!(body.contains(&format!("# HELP {name} ")), "{body}");
     }
     for s in &samples {
-        for l in ["gpu", "uuid", "model", "hostname"] {
+        for l in ["gpu", "uuid", "model", "vendor", "hostname"] {
             assert!(
                 s.labels.get(l).is_some_and(|v| !v.is_empty()),
                 "{l} missing: {s:?}"
@@ -241,6 +241,7 @@ fn metrics_have_labels_help_and_type() {
         }
         assert!(s.labels["model"].contains("Simulated"), "{s:?}");
         assert!(s.labels["uuid"].starts_with("GPU-"), "{s:?}");
+        assert_eq!(s.labels["vendor"], "nvidia", "{s:?}");
     }
     let limit = by_gpu(&samples, "zeus_gpu_power_limit_watts");
     assert_eq!(limit["0"], 700.0, "H100 default limit");

@@ -52,6 +52,9 @@ fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, Strin
             Arc::new(SystemClock),
         )
     };
+    for note in gpus.notes() {
+        eprintln!("zeusd: warning: {note}");
+    }
     if gpus.backend() == BackendKind::Sim
         && std::env::var_os("ZEUS_SIM_SHARED").is_none_or(|v| v.is_empty())
     {
@@ -63,10 +66,10 @@ fn build(args: &ServeArgs, stopping: watch::Receiver<bool>) -> Result<App, Strin
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    if enabled.contains(&Group::GpuControl) && gpus.backend() == BackendKind::Nvml && !root {
+    if enabled.contains(&Group::GpuControl) && gpus.backend() != BackendKind::Sim && !root {
         return Err(
-            "API group gpu-control needs root (NVML refuses power-limit and clock changes \
-             otherwise): run as root, or serve only reads with --enable gpu-read,cpu-read"
+            "API group gpu-control needs root (NVML and AMD SMI refuse power-limit and clock \
+             changes otherwise): run as root, or serve only reads with --enable gpu-read,cpu-read"
                 .into(),
         );
     }

@@ -7,9 +7,13 @@
 //!
 //! Backends:
 //! - [`nvml`]: the NVIDIA Management Library, loaded at run time through `nvml-wrapper`.
+//! - [`amd`]: AMD SMI (`libamd_smi.so`), loaded at run time through our own FFI.
 //! - [`sim`]: the simulated GPU, used only when the user opts in with `ZEUS_GPU_BACKEND=sim`.
+//!
+//! AMD counters are checked against power when the devices are opened ([`counter_check`]).
 
 pub mod amd;
+pub mod counter_check;
 pub mod cpu;
 pub mod error;
 pub mod nvml;
@@ -150,6 +154,12 @@ pub trait Gpu: Send + Sync {
     fn counter_is_exact(&self) -> Option<bool> {
         None
     }
+    /// How long after the power readings' update the energy counter shows the same update,
+    /// s, where the backend knows it (AMD: both are fields of one metrics table the firmware
+    /// fills at once, so 0). `None`: the sampler measures it, as it must on NVML.
+    fn counter_lag(&self) -> Option<f64> {
+        None
+    }
     /// How often the driver refreshes its power reading, in seconds, if the backend knows it.
     /// NVML does not say; the simulated GPU does. `None` means "detect it by sampling".
     fn power_update_period(&self) -> Option<f64> {
@@ -214,6 +224,7 @@ pub struct Utilization {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Nvml,
+    Amd,
     Sim,
 }
 
@@ -221,6 +232,7 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Nvml => "nvml",
+            BackendKind::Amd => "amd",
             BackendKind::Sim => "sim",
         }
     }
@@ -259,6 +271,9 @@ pub struct Gpus {
     /// Cached `(min, max)` power limit per device, for argument checks with a useful message.
     constraints: Vec<Option<(u32, u32)>>,
     clock: Arc<dyn Clock>,
+    /// Warnings from opening the devices (counters disabled at the check), for the caller to
+    /// show once.
+    notes: Vec<String>,
 }
 
 impl std::fmt::Debug for Gpus {
@@ -270,49 +285,96 @@ impl std::fmt::Debug for Gpus {
     }
 }
 
-/// Which backend `ZEUS_GPU_BACKEND` asks for.
-pub fn requested_backend() -> GpuResult<BackendKind> {
+/// Which backend `ZEUS_GPU_BACKEND` asks for; `None` for `auto` (the default): NVML where it
+/// has GPUs, else AMD SMI where it has.
+pub fn requested_backend() -> GpuResult<Option<BackendKind>> {
     match std::env::var("ZEUS_GPU_BACKEND") {
-        Err(_) => Ok(BackendKind::Nvml),
+        Err(_) => Ok(None),
         Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" | "nvml" => Ok(BackendKind::Nvml),
-            "sim" => Ok(BackendKind::Sim),
+            "" | "auto" => Ok(None),
+            "nvml" => Ok(Some(BackendKind::Nvml)),
+            "amd" => Ok(Some(BackendKind::Amd)),
+            "sim" => Ok(Some(BackendKind::Sim)),
             _ => Err(GpuError::Init(format!(
-                "ZEUS_GPU_BACKEND={v:?} is not a backend: use 'auto' (NVML), 'nvml' or 'sim'"
+                "ZEUS_GPU_BACKEND={v:?} is not a backend: use 'auto' (NVML, else AMD SMI), \
+                 'nvml', 'amd' or 'sim'"
             ))),
         },
     }
 }
 
-impl Gpus {
-    /// Open the backend chosen by `ZEUS_GPU_BACKEND` (NVML unless it says `sim`; never a silent
-    /// fallback to the simulator) and apply `CUDA_VISIBLE_DEVICES`.
-    pub fn from_env() -> GpuResult<Gpus> {
-        match requested_backend()? {
-            BackendKind::Nvml => {
-                let all = nvml::open_all()?;
-                Gpus::new(BackendKind::Nvml, all, Arc::new(SystemClock))
-            }
-            BackendKind::Sim => {
-                let cluster = sim::global_cluster()?;
-                Gpus::new(BackendKind::Sim, cluster.gpu_devices(), cluster.clock())
+/// `auto`: NVML's GPUs if it loads and has any, else AMD SMI's; neither is a
+/// `LibraryNotFound` naming both attempts (or NVML's error if it loaded but failed).
+fn open_auto() -> GpuResult<(BackendKind, Vec<Arc<dyn Gpu>>)> {
+    let nvml_err = match nvml::open_all() {
+        Ok(all) if !all.is_empty() => return Ok((BackendKind::Nvml, all)),
+        Ok(all) => {
+            return match amd::open_all() {
+                Ok(amd) if !amd.is_empty() => Ok((BackendKind::Amd, amd)),
+                _ => Ok((BackendKind::Nvml, all)),
             }
         }
+        Err(e @ GpuError::LibraryNotFound(_)) => e,
+        Err(e) => return Err(e),
+    };
+    match amd::open_all() {
+        Ok(all) => Ok((BackendKind::Amd, all)),
+        Err(GpuError::LibraryNotFound(amd_msg)) => Err(GpuError::LibraryNotFound(format!(
+            "{nvml_err} Nor could AMD SMI be loaded: {amd_msg}"
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+impl Gpus {
+    /// Open the backend chosen by `ZEUS_GPU_BACKEND` (never a silent fallback to the
+    /// simulator), check AMD counters, and apply the visible-devices variables.
+    pub fn from_env() -> GpuResult<Gpus> {
+        let (backend, all, clock): (_, _, Arc<dyn Clock>) = match requested_backend()? {
+            None => {
+                let (b, all) = open_auto()?;
+                (b, all, Arc::new(SystemClock))
+            }
+            Some(BackendKind::Nvml) => {
+                (BackendKind::Nvml, nvml::open_all()?, Arc::new(SystemClock))
+            }
+            Some(BackendKind::Amd) => (BackendKind::Amd, amd::open_all()?, Arc::new(SystemClock)),
+            Some(BackendKind::Sim) => {
+                let cluster = sim::global_cluster()?;
+                (BackendKind::Sim, cluster.gpu_devices(), cluster.clock())
+            }
+        };
+        let (all, notes) = counter_check::check_counters(all, clock.as_ref());
+        let mut gpus = Gpus::new(backend, all, clock)?;
+        gpus.notes = notes;
+        Ok(gpus)
     }
 
-    /// Build from backend devices, applying `CUDA_VISIBLE_DEVICES`.
+    /// Build from backend devices, applying the visible-devices variables of their vendor
+    /// (`CUDA_VISIBLE_DEVICES`; on AMD `ROCR_VISIBLE_DEVICES`, then `HIP_VISIBLE_DEVICES` or
+    /// `CUDA_VISIBLE_DEVICES`).
     pub fn new(
         backend: BackendKind,
         all: Vec<Arc<dyn Gpu>>,
         clock: Arc<dyn Clock>,
     ) -> GpuResult<Gpus> {
-        let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
         let uuids = all
             .iter()
             .map(|d| d.uuid())
             .collect::<GpuResult<Vec<String>>>()?;
-        let physical_indices = visible::resolve(env.as_deref(), &uuids)?;
+        // Simulated clusters may mix vendors; AMD's variables apply where every device is AMD.
+        let vendor = if !all.is_empty() && all.iter().all(|d| d.vendor() == Vendor::Amd) {
+            Vendor::Amd
+        } else {
+            Vendor::Nvidia
+        };
+        let physical_indices = visible::from_env(vendor, &uuids)?;
         Ok(Gpus::with_indices(backend, all, physical_indices, clock))
+    }
+
+    /// Warnings from opening the devices (an AMD counter disabled at the check, and why).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// Build from backend devices and an explicit visible-index list.
@@ -333,6 +395,7 @@ impl Gpus {
             physical_indices,
             constraints,
             clock,
+            notes: Vec::new(),
         }
     }
 

@@ -1,22 +1,53 @@
-//! `CUDA_VISIBLE_DEVICES`: which backend devices this process sees, and in which order.
+//! `CUDA_VISIBLE_DEVICES` and AMD's variables: which backend devices this process sees, and in
+//! which order.
 //!
 //! CUDA accepts integer indices and `GPU-<uuid>` (or a unique prefix of it). CUDA silently stops
 //! at the first entry it cannot parse; we raise instead, because a typo here would otherwise
-//! measure or power-cap the wrong GPU.
+//! measure or power-cap the wrong GPU. On AMD, ROCr's `ROCR_VISIBLE_DEVICES` selects first,
+//! then HIP's `HIP_VISIBLE_DEVICES` (or, where that is unset, `CUDA_VISIBLE_DEVICES`, which HIP
+//! also honours) selects among what ROCr left, by the same rules.
 
-use super::{GpuError, GpuResult};
+use super::{GpuError, GpuResult, Vendor};
 
-/// Resolve the variable's value (`None` = unset) against the backend devices' UUIDs into the
-/// backend indices visible to this process, in framework order.
+/// The backend indices visible to this process, in framework order, for GPUs of `vendor`
+/// with these UUIDs, from the environment.
+pub fn from_env(vendor: Vendor, uuids: &[String]) -> GpuResult<Vec<usize>> {
+    let var = |name: &str| std::env::var(name).ok();
+    match vendor {
+        Vendor::Nvidia => resolve(var("CUDA_VISIBLE_DEVICES").as_deref(), uuids),
+        Vendor::Amd => {
+            let rocr = resolve_named(
+                "ROCR_VISIBLE_DEVICES",
+                var("ROCR_VISIBLE_DEVICES").as_deref(),
+                uuids,
+            )?;
+            let (name, value) = match var("HIP_VISIBLE_DEVICES") {
+                Some(v) => ("HIP_VISIBLE_DEVICES", Some(v)),
+                None => ("CUDA_VISIBLE_DEVICES", var("CUDA_VISIBLE_DEVICES")),
+            };
+            let left: Vec<String> = rocr.iter().map(|&i| uuids[i].clone()).collect();
+            let hip = resolve_named(name, value.as_deref(), &left)?;
+            Ok(hip.into_iter().map(|i| rocr[i]).collect())
+        }
+    }
+}
+
+/// Resolve `CUDA_VISIBLE_DEVICES`'s value (`None` = unset) against the backend devices'
+/// UUIDs into the backend indices visible to this process, in framework order.
 pub fn resolve(value: Option<&str>, uuids: &[String]) -> GpuResult<Vec<usize>> {
+    resolve_named("CUDA_VISIBLE_DEVICES", value, uuids)
+}
+
+/// [`resolve`] for the variable `var` (its name goes into the errors).
+pub fn resolve_named(var: &str, value: Option<&str>, uuids: &[String]) -> GpuResult<Vec<usize>> {
     let Some(value) = value else {
         return Ok((0..uuids.len()).collect());
     };
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(GpuError::InvalidArg(
-            "CUDA_VISIBLE_DEVICES is set but empty, so no GPU is visible".to_string(),
-        ));
+        return Err(GpuError::InvalidArg(format!(
+            "{var} is set but empty, so no GPU is visible"
+        )));
     }
     let mut out: Vec<usize> = Vec::new();
     for raw in trimmed.split(',') {
@@ -24,7 +55,7 @@ pub fn resolve(value: Option<&str>, uuids: &[String]) -> GpuResult<Vec<usize>> {
         let idx = if let Ok(i) = entry.parse::<usize>() {
             if i >= uuids.len() {
                 return Err(GpuError::InvalidArg(format!(
-                    "CUDA_VISIBLE_DEVICES={value:?} names GPU {i}, but only {} GPU(s) exist (indices 0..{})",
+                    "{var}={value:?} names GPU {i}, but only {} GPU(s) exist (indices 0..{})",
                     uuids.len(),
                     uuids.len().saturating_sub(1)
                 )));
@@ -44,23 +75,23 @@ pub fn resolve(value: Option<&str>, uuids: &[String]) -> GpuResult<Vec<usize>> {
                 [i] => *i,
                 [] => {
                     return Err(GpuError::InvalidArg(format!(
-                        "CUDA_VISIBLE_DEVICES={value:?}: no GPU has a UUID starting with {entry:?}"
+                        "{var}={value:?}: no GPU has a UUID starting with {entry:?}"
                     )))
                 }
                 _ => {
                     return Err(GpuError::InvalidArg(format!(
-                        "CUDA_VISIBLE_DEVICES={value:?}: {entry:?} matches more than one GPU UUID"
+                        "{var}={value:?}: {entry:?} matches more than one GPU UUID"
                     )))
                 }
             }
         } else {
             return Err(GpuError::InvalidArg(format!(
-                "CUDA_VISIBLE_DEVICES={value:?}: entry {entry:?} is neither an index nor a GPU-<uuid>"
+                "{var}={value:?}: entry {entry:?} is neither an index nor a GPU-<uuid>"
             )));
         };
         if out.contains(&idx) {
             return Err(GpuError::InvalidArg(format!(
-                "CUDA_VISIBLE_DEVICES={value:?} lists GPU {idx} twice"
+                "{var}={value:?} lists GPU {idx} twice"
             )));
         }
         out.push(idx);

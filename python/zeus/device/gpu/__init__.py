@@ -1,14 +1,16 @@
 """The visible GPUs, as one object addressed by GPU index.
 
-Index *i* is the *i*-th GPU visible to this process (after `CUDA_VISIBLE_DEVICES`), which is
-what PyTorch calls `cuda:i`. Units: mW, mJ, MHz.
+Index *i* is the *i*-th GPU visible to this process (after `CUDA_VISIBLE_DEVICES`, or on AMD
+`ROCR_VISIBLE_DEVICES` then `HIP_VISIBLE_DEVICES`), which is what PyTorch calls `cuda:i`.
+Units: mW, mJ, MHz.
 
 With `ZEUSD_SOCK_PATH` or `ZEUSD_HOST_PORT` set (`zeus.device.zeusd`), the setters (power
 limit, persistence mode, locked graphics and memory clocks, and their resets) ask zeusd, the
 privileged daemon, to make the change; every getter still reads the device directly.
 
 Zeus 0.16's submodules name the same objects: `zeus.device.gpu.common` (`GPUs`, the
-exceptions) and `zeus.device.gpu.nvidia` (`NVIDIAGPUs`, `nvml_is_available`).
+exceptions), `zeus.device.gpu.nvidia` (`NVIDIAGPUs`, `nvml_is_available`) and
+`zeus.device.gpu.amd` (`AMDGPUs`, `amdsmi_is_available`).
 """
 
 from __future__ import annotations
@@ -44,8 +46,11 @@ class GPUs(_core.device.GPUs):
     zeusd: Optional[ZeusdClient]
 
     def __init__(self, ensure_homogeneous: bool = False) -> None:
-        # `_core.device.GPUs.__new__` opened the backend; only the write path is decided here.
+        # `_core.device.GPUs.__new__` opened the backend (and checked AMD energy counters);
+        # only the write path is decided here.
         self.zeusd = ZeusdClient.from_env()
+        for note in self.notes:
+            warnings.warn(note, stacklevel=2)
 
     def _daemon_index(self, gpu_index: int) -> int:
         """The daemon's index of GPU `gpu_index` (the NVML index, not renumbered)."""

@@ -312,7 +312,8 @@ pub struct Api {
     pub get_gpu_device_bdf: unsafe extern "C" fn(Handle, *mut Bdf) -> Status,
     pub get_gpu_device_uuid: unsafe extern "C" fn(Handle, *mut u32, *mut c_char) -> Status,
     /// Absent before AMD SMI 26.1; the KFD node id orders GPUs there.
-    pub get_gpu_enumeration_info: Option<unsafe extern "C" fn(Handle, *mut EnumerationInfo) -> Status>,
+    pub get_gpu_enumeration_info:
+        Option<unsafe extern "C" fn(Handle, *mut EnumerationInfo) -> Status>,
     pub get_gpu_kfd_info: unsafe extern "C" fn(Handle, *mut KfdInfo) -> Status,
     pub get_energy_count: unsafe extern "C" fn(Handle, *mut u64, *mut f32, *mut u64) -> Status,
     pub get_power_info: unsafe extern "C" fn(Handle, *mut PowerInfo) -> Status,
@@ -355,10 +356,7 @@ impl Api {
             get_gpu_board_info: sym!("amdsmi_get_gpu_board_info"),
             get_gpu_device_bdf: sym!("amdsmi_get_gpu_device_bdf"),
             get_gpu_device_uuid: sym!("amdsmi_get_gpu_device_uuid"),
-            get_gpu_enumeration_info: lib
-                .get(b"amdsmi_get_gpu_enumeration_info")
-                .ok()
-                .map(|s| *s),
+            get_gpu_enumeration_info: lib.get(b"amdsmi_get_gpu_enumeration_info").ok().map(|s| *s),
             get_gpu_kfd_info: sym!("amdsmi_get_gpu_kfd_info"),
             get_energy_count: sym!("amdsmi_get_energy_count"),
             get_power_info: sym!("amdsmi_get_power_info"),

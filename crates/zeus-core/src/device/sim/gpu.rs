@@ -679,8 +679,7 @@ impl SimGpu {
                 self.package_power_at_past(&s, t) * (1.0 + noise * self.noise(k, 2))
             } else if w > 0.0 {
                 // The trailing average published at the last update.
-                (self.package_energy_at_past(&s, t) - self.package_energy_at_past(&s, t - w))
-                    / w
+                (self.package_energy_at_past(&s, t) - self.package_energy_at_past(&s, t - w)) / w
                     * (1.0 + noise * self.noise(k, 1))
             } else {
                 // Boards whose "average" is the instantaneous sample at the update.
@@ -1096,6 +1095,11 @@ impl Gpu for SimGpu {
     }
     fn power_update_period(&self) -> Option<f64> {
         Some(self.board.power_period_s)
+    }
+    fn counter_lag(&self) -> Option<f64> {
+        // What the AMD backend says of real boards; an NVIDIA board's lag is for the sampler to
+        // measure, as it must on NVML.
+        (self.preset.vendor == Vendor::Amd).then_some(self.board.counter_lag_s)
     }
     fn counter_is_exact(&self) -> Option<bool> {
         Some(self.fidelity == Fidelity::Ideal)

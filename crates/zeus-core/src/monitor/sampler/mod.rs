@@ -173,6 +173,9 @@ impl Watched {
         let period = gpu.power_update_period();
         let mut track = Track::new(now, period);
         track.set_average_only(!instant);
+        if let Some(lag) = gpu.counter_lag() {
+            track.set_known_lag(lag);
+        }
         if let Ok((_, max_mw)) = gpu.power_management_limit_constraints() {
             track.set_max_power(f64::from(max_mw) / 1000.0);
         }

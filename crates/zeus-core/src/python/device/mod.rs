@@ -69,10 +69,25 @@ impl PyGpus {
         self.inner.len()
     }
 
-    /// `"nvml"` or `"sim"`.
+    /// `"nvml"`, `"amd"` or `"sim"`.
     #[getter]
     fn backend(&self) -> &'static str {
         self.inner.backend().name()
+    }
+
+    /// Warnings from opening the GPUs (an AMD energy counter disabled at the start check,
+    /// and why).
+    #[getter]
+    fn notes(&self) -> Vec<String> {
+        self.inner.notes().to_vec()
+    }
+
+    /// `"nvidia"` or `"amd"`.
+    fn get_vendor(&self, py: Python<'_>, gpu_index: usize) -> PyResult<&'static str> {
+        self.inner
+            .device(gpu_index)
+            .map(|d| d.vendor().name())
+            .py_err(py)
     }
 
     /// Backend (NVML) index of each visible GPU, in framework order.

@@ -95,6 +95,8 @@ const FREE_UNSCORED: f64 = 0.001;
 const RESIDUALS: usize = 24;
 /// Readings the power floor looks back over.
 const FLOOR_TICKS: usize = 600;
+/// How far off a lag the backend states may be, s: the updates' own timing.
+const KNOWN_LAG_ERR: f64 = 0.0005;
 
 /// A power reading that changed (or an update that was due and showed the same value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -294,6 +296,8 @@ pub struct Track {
     mode_reason: String,
     /// The board's highest power (W): its maximum power limit, for hard bounds.
     max_power_w: f64,
+    /// The counter's lag as the backend states it ([`Track::set_known_lag`]).
+    known_lag: Option<f64>,
     /// The highest reading seen (W), and the lowest of the last [`FLOOR_TICKS`]: kept as ticks
     /// come, since the bounds ask for them per tick of the model.
     seen_max_w: f64,
@@ -403,11 +407,22 @@ impl Track {
             mode: Mode::Cached,
             mode_reason: String::new(),
             max_power_w: 0.0,
+            known_lag: None,
             seen_max_w: 0.0,
             recent_min_w: f64::INFINITY,
             resolution_j: 0.001,
             resolution_mj: 0,
         }
+    }
+
+    /// The backend knows the counter's lag behind the power updates: use it, and do not fit
+    /// one (a fit needs updates far enough apart to tell a lag from the next update; a board
+    /// updating every millisecond has none).
+    pub fn set_known_lag(&mut self, lag: f64) {
+        self.known_lag = Some(lag);
+        self.schedule.lag = lag;
+        self.schedule.lag_err = KNOWN_LAG_ERR;
+        self.schedule.lag_known = true;
     }
 
     /// The board's highest power (its maximum power limit), for bounds over stretches without

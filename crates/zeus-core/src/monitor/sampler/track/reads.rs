@@ -176,6 +176,16 @@ impl Track {
         if !self.schedule.fitted {
             return;
         }
+        if let Some(lag) = self.known_lag {
+            self.schedule.lag = lag;
+            self.schedule.lag_err = KNOWN_LAG_ERR;
+            self.schedule.lag_known = true;
+            self.schedule.on_ticks = (self.schedule.grid.period - self.period).abs() < 1e-6;
+            if self.average_only || self.averaged.is_some() {
+                self.fit_averaging();
+            }
+            return;
+        }
         if self.averaged.is_some() {
             // Lagging averages carry no timing the counter's own means lack: the lag can only
             // be told from window edges where the load stepped (see `lag_from_steps`).
