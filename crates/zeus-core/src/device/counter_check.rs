@@ -49,9 +49,13 @@ pub fn verdict(power_mw: f64, seconds: f64, start_mj: u64, end_mj: u64) -> Resul
     Ok(())
 }
 
-/// Whether `gpu`'s counter gets the check: AMD boards that have one.
+/// Whether `gpu`'s counter gets the check: AMD boards that have one, and a power reading to
+/// check it with (a board without one gets its power from the counter instead:
+/// `device/derived_power.rs`).
 fn wants_check(gpu: &dyn Gpu) -> bool {
-    gpu.vendor() == Vendor::Amd && matches!(gpu.supports_total_energy_consumption(), Ok(true))
+    gpu.vendor() == Vendor::Amd
+        && matches!(gpu.supports_total_energy_consumption(), Ok(true))
+        && !super::derived_power::is_powerless(gpu)
 }
 
 fn power_mw(gpu: &dyn Gpu) -> Option<f64> {

@@ -15,6 +15,7 @@
 pub mod amd;
 pub mod counter_check;
 pub mod cpu;
+pub mod derived_power;
 pub mod error;
 pub mod nvml;
 pub mod settings;
@@ -344,7 +345,8 @@ impl Gpus {
                 (BackendKind::Sim, cluster.gpu_devices(), cluster.clock())
             }
         };
-        let (all, notes) = counter_check::check_counters(all, clock.as_ref());
+        let (all, mut notes) = counter_check::check_counters(all, clock.as_ref());
+        let all = derived_power::wrap_powerless(all, clock.clone(), &mut notes);
         let mut gpus = Gpus::new(backend, all, clock)?;
         gpus.notes = notes;
         Ok(gpus)

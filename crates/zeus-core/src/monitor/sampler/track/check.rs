@@ -191,6 +191,12 @@ impl Track {
         // Each reason to leave the cache, and when it no longer holds (stricter than entering,
         // so that the mode does not flap).
         let frozen = self.frozen_steps >= 3;
+        let latest = self.anchors.back().map_or(0.0, |a| a.t);
+        let went_back = self
+            .backwards
+            .iter()
+            .filter(|&&t| t > latest - BACKWARDS_WINDOW_S)
+            .count();
         let wrong_rate = rate_known && !(0.5..=2.0).contains(&ratio);
         let rate_back = !rate_known || (0.67..=1.5).contains(&ratio);
         let misfit = calm.len() >= 6 && misfits * 3 > calm.len();
@@ -202,6 +208,15 @@ impl Track {
                     "its energy counter stood still for {} updates while the power readings \
                      said it drew power",
                     self.frozen_steps
+                ),
+            )
+        } else if went_back >= BACKWARDS_LIMIT {
+            (
+                Mode::Power,
+                format!(
+                    "its energy counter went backwards {went_back} times in the last {:.0} s \
+                     (a counter read from several threads at once does this on AMD GPUs)",
+                    BACKWARDS_WINDOW_S
                 ),
             )
         } else if wrong_rate || (self.mode == Mode::Power && !rate_back) {

@@ -95,6 +95,11 @@ const FREE_UNSCORED: f64 = 0.001;
 const RESIDUALS: usize = 24;
 /// Readings the power floor looks back over.
 const FLOOR_TICKS: usize = 600;
+/// A counter that went backwards this many times within [`BACKWARDS_WINDOW_S`] is not used:
+/// once is a reset (a driver reload); again and again is a counter that cannot be read
+/// reliably (AMD's, read from several threads at once: amdsmi#115).
+const BACKWARDS_LIMIT: usize = 3;
+const BACKWARDS_WINDOW_S: f64 = 60.0;
 /// How far off a lag the backend states may be, s: the updates' own timing.
 const KNOWN_LAG_ERR: f64 = 0.0005;
 
@@ -291,6 +296,8 @@ pub struct Track {
     rate: (f64, f64),
     rate_span: f64,
     frozen_steps: u32,
+    /// When the counter went backwards (a new epoch that was not a jump up), latest last.
+    backwards: VecDeque<f64>,
     mode: Mode,
     /// Why the mode is what it is (for the warning), with the figures.
     mode_reason: String,
@@ -404,6 +411,7 @@ impl Track {
             rate: (0.0, 0.0),
             rate_span: 0.0,
             frozen_steps: 0,
+            backwards: VecDeque::new(),
             mode: Mode::Cached,
             mode_reason: String::new(),
             max_power_w: 0.0,

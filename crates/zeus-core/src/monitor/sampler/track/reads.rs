@@ -12,6 +12,18 @@ impl Track {
         } else {
             0.8 * self.read_cost + 0.2 * cost
         };
+        if let Some(prev) = self.reads.back().copied() {
+            if millijoules + self.resolution_mj.max(1) < prev.mj {
+                push_bounded(&mut self.backwards, after, BACKWARDS_LIMIT * 4);
+                self.update_mode();
+                if millijoules >= prev.mj / 2 {
+                    // A dip, not a reset to near zero: a stale value (AMD's counter read from
+                    // several threads at once returns one), which the next read goes past
+                    // again. Nothing to learn from it.
+                    return;
+                }
+            }
+        }
         // A coarse counter moves in whole steps: every value is a multiple of its resolution.
         self.resolution_mj = gcd(self.resolution_mj, millijoules);
         if self.reads.len() >= 4 {

@@ -1,0 +1,260 @@
+//! Power from the energy counter, for boards that report no power at all (an MI300X whose
+//! `current_socket_power` is unfilled, and which has no average either).
+//!
+//! Power derived from counter deltas matches off-chip meters and responds faster than AMD's
+//! reported power (arXiv 2604.06056, on MI250X and MI300A), so where the board gives no power
+//! reading the wrapper makes one: the counter's energy over the stretch since the previous
+//! derivation, at least [`MIN_SPAN_S`] long, as the "average power" reading. Everything that
+//! needs power (the sampler's model, `PowerMonitor`, the optimizers) then works unchanged.
+
+use std::sync::{Arc, Mutex};
+
+use super::{
+    Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization, Vendor,
+};
+
+/// The shortest stretch a derived reading covers, s: long enough that the counter's 1 ms
+/// updates and its mJ steps are a small part of it, short enough to follow a training step.
+pub const MIN_SPAN_S: f64 = 0.005;
+
+/// Whether `gpu` has no power reading of either kind but a counter.
+pub fn is_powerless(gpu: &dyn Gpu) -> bool {
+    matches!(gpu.instant_power_usage(), Err(GpuError::NotSupported(_)))
+        && matches!(gpu.average_power_usage(), Err(GpuError::NotSupported(_)))
+        && matches!(gpu.supports_total_energy_consumption(), Ok(true))
+}
+
+/// Wrap every device that [`is_powerless`] in [`CounterPower`]; `notes` gets a line for each.
+pub fn wrap_powerless(
+    devices: Vec<Arc<dyn Gpu>>,
+    clock: Arc<dyn Clock>,
+    notes: &mut Vec<String>,
+) -> Vec<Arc<dyn Gpu>> {
+    devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if !is_powerless(d.as_ref()) {
+                return d;
+            }
+            let name = d.name().unwrap_or_else(|_| "?".into());
+            notes.push(format!(
+                "GPU {i} ({name}) reports no power: its power is derived from its energy counter \
+                 (over {:.0} ms stretches), and the counter cannot be checked against power",
+                MIN_SPAN_S * 1000.0
+            ));
+            Arc::new(CounterPower::new(d, clock.clone())) as Arc<dyn Gpu>
+        })
+        .collect()
+}
+
+/// A device whose "average power" is derived from its counter.
+pub struct CounterPower {
+    inner: Arc<dyn Gpu>,
+    clock: Arc<dyn Clock>,
+    /// The last derivation's end (time, mJ) and its result (mW).
+    last: Mutex<Option<((f64, u64), Option<u32>)>>,
+}
+
+impl CounterPower {
+    pub fn new(inner: Arc<dyn Gpu>, clock: Arc<dyn Clock>) -> CounterPower {
+        CounterPower {
+            inner,
+            clock,
+            last: Mutex::new(None),
+        }
+    }
+
+    fn derived_mw(&self) -> GpuResult<u32> {
+        // At most: a first read, a wait for the stretch, the reading.
+        for _ in 0..3 {
+            let wait = {
+                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                let e = self.inner.total_energy_consumption()?;
+                let t = self.clock.now();
+                match *last {
+                    None => {
+                        *last = Some(((t, e), None));
+                        MIN_SPAN_S
+                    }
+                    Some(((t0, e0), value)) => {
+                        let span = t - t0;
+                        if span >= MIN_SPAN_S || (self.clock.is_virtual() && span > 0.0) {
+                            // A counter that went backwards (a reset) gives no reading for
+                            // this stretch: the previous one stands.
+                            let mw = if e >= e0 {
+                                ((e - e0) as f64 / span).round().min(f64::from(u32::MAX)) as u32
+                            } else {
+                                value.unwrap_or(0)
+                            };
+                            *last = Some(((t, e), Some(mw)));
+                            return Ok(mw);
+                        }
+                        if let Some(mw) = value {
+                            return Ok(mw);
+                        }
+                        MIN_SPAN_S - span
+                    }
+                }
+            };
+            if self.clock.is_virtual() {
+                return Err(GpuError::NotSupported(
+                    "derived power: no stretch yet (the virtual clock has not moved)".into(),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+        }
+        Err(GpuError::Unknown(
+            "derived power: the clock did not move past the first counter read".into(),
+        ))
+    }
+}
+
+impl Gpu for CounterPower {
+    fn name(&self) -> GpuResult<String> {
+        self.inner.name()
+    }
+    fn vendor(&self) -> Vendor {
+        self.inner.vendor()
+    }
+    fn uuid(&self) -> GpuResult<String> {
+        self.inner.uuid()
+    }
+    fn architecture(&self) -> GpuResult<Architecture> {
+        self.inner.architecture()
+    }
+    fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
+        self.inner.power_management_limit_constraints()
+    }
+    fn power_management_limit_default(&self) -> GpuResult<u32> {
+        self.inner.power_management_limit_default()
+    }
+    fn power_management_limit(&self) -> GpuResult<u32> {
+        self.inner.power_management_limit()
+    }
+    fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
+        self.inner.set_power_management_limit(milliwatts)
+    }
+    fn reset_power_management_limit(&self) -> GpuResult<()> {
+        self.inner.reset_power_management_limit()
+    }
+    fn persistence_mode(&self) -> GpuResult<bool> {
+        self.inner.persistence_mode()
+    }
+    fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
+        self.inner.set_persistence_mode(enabled)
+    }
+    fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>> {
+        self.inner.supported_memory_clocks()
+    }
+    fn supported_graphics_clocks(&self, memory_clock_mhz: u32) -> GpuResult<Vec<u32>> {
+        self.inner.supported_graphics_clocks(memory_clock_mhz)
+    }
+    fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        self.inner.set_gpu_locked_clocks(min_mhz, max_mhz)
+    }
+    fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
+        self.inner.reset_gpu_locked_clocks()
+    }
+    fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
+        self.inner.set_memory_locked_clocks(min_mhz, max_mhz)
+    }
+    fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
+        self.inner.reset_memory_locked_clocks()
+    }
+    fn average_power_usage(&self) -> GpuResult<u32> {
+        self.derived_mw()
+    }
+    fn instant_power_usage(&self) -> GpuResult<u32> {
+        Err(GpuError::NotSupported(
+            "instant power: this board reports none (its power is derived from the counter)".into(),
+        ))
+    }
+    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
+        if instant {
+            return self.instant_power_usage().map(|milliwatts| PowerSample {
+                milliwatts,
+                timestamp: None,
+            });
+        }
+        Ok(PowerSample {
+            milliwatts: self.derived_mw()?,
+            timestamp: None,
+        })
+    }
+    fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
+        self.inner.supports_total_energy_consumption()
+    }
+    fn total_energy_consumption(&self) -> GpuResult<u64> {
+        self.inner.total_energy_consumption()
+    }
+    fn counter_is_exact(&self) -> Option<bool> {
+        self.inner.counter_is_exact()
+    }
+    fn counter_lag(&self) -> Option<f64> {
+        self.inner.counter_lag()
+    }
+    fn power_update_period(&self) -> Option<f64> {
+        Some(MIN_SPAN_S)
+    }
+    fn pci_bus_id(&self) -> GpuResult<String> {
+        self.inner.pci_bus_id()
+    }
+    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
+        self.inner.current_clocks_mhz()
+    }
+    fn temperature_c(&self) -> GpuResult<u32> {
+        self.inner.temperature_c()
+    }
+    fn memory_info(&self) -> GpuResult<MemoryInfo> {
+        self.inner.memory_info()
+    }
+    fn utilization_rates(&self) -> GpuResult<Utilization> {
+        self.inner.utilization_rates()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::sim::{preset, BoardKnobs, Fidelity, Load, SimCluster, SimConfig};
+
+    #[test]
+    fn a_board_without_power_gets_it_from_its_counter() {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("MI300X").unwrap()],
+            load: Load::Busy,
+            fidelity: Fidelity::Real,
+            board: BoardKnobs {
+                instant_power: Some(false),
+                ..BoardKnobs::default()
+            },
+            ..SimConfig::default()
+        });
+        let mut notes = Vec::new();
+        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
+        assert!(notes[0].contains("reports no power"), "{notes:?}");
+        let truth = c.devices()[0].true_power_w();
+        let mw = devs[0].average_power_usage().unwrap();
+        // The counter's 1 ms updates over a >= 5 ms stretch: within a fifth.
+        let w = f64::from(mw) / 1000.0;
+        assert!((w - truth).abs() < 0.2 * truth, "{w} W vs {truth} W");
+        assert!(devs[0].instant_power_usage().is_err());
+        assert_eq!(devs[0].power_update_period(), Some(MIN_SPAN_S));
+    }
+
+    #[test]
+    fn boards_with_power_are_left_alone() {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![
+                preset::find("MI300X").unwrap(),
+                preset::find("A40").unwrap(),
+            ],
+            ..SimConfig::default()
+        });
+        let mut notes = Vec::new();
+        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
+        assert!(notes.is_empty());
+        assert!(devs[0].instant_power_usage().is_ok());
+    }
+}
