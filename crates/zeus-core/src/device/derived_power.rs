@@ -52,8 +52,16 @@ pub fn wrap_powerless(
 pub struct CounterPower {
     inner: Arc<dyn Gpu>,
     clock: Arc<dyn Clock>,
-    /// The last derivation's end (time, mJ) and its result (mW).
-    last: Mutex<Option<((f64, u64), Option<u32>)>>,
+    last: Mutex<Option<Derivation>>,
+}
+
+/// Where the last derivation ended, and what it gave.
+#[derive(Clone, Copy)]
+struct Derivation {
+    t: f64,
+    mj: u64,
+    /// Its result, mW (`None` until a stretch long enough has passed).
+    mw: Option<u32>,
 }
 
 impl CounterPower {
@@ -74,10 +82,14 @@ impl CounterPower {
                 let t = self.clock.now();
                 match *last {
                     None => {
-                        *last = Some(((t, e), None));
+                        *last = Some(Derivation { t, mj: e, mw: None });
                         MIN_SPAN_S
                     }
-                    Some(((t0, e0), value)) => {
+                    Some(Derivation {
+                        t: t0,
+                        mj: e0,
+                        mw: value,
+                    }) => {
                         let span = t - t0;
                         if span >= MIN_SPAN_S || (self.clock.is_virtual() && span > 0.0) {
                             // A counter that went backwards (a reset) gives no reading for
@@ -87,7 +99,11 @@ impl CounterPower {
                             } else {
                                 value.unwrap_or(0)
                             };
-                            *last = Some(((t, e), Some(mw)));
+                            *last = Some(Derivation {
+                                t,
+                                mj: e,
+                                mw: Some(mw),
+                            });
                             return Ok(mw);
                         }
                         if let Some(mw) = value {
