@@ -90,7 +90,15 @@ struct Call;
 impl Call {
     fn enter() -> Call {
         if IN_FLIGHT.fetch_add(1, Ordering::SeqCst) > 0 {
-            OVERLAPS.fetch_add(1, Ordering::SeqCst);
+            let n = OVERLAPS.fetch_add(1, Ordering::SeqCst) + 1;
+            // Said where a test of another process (zeusd, the exporter) can see it: the
+            // first overlap, and every thousandth after it.
+            if THREAD_UNSAFE.load(Ordering::Relaxed) && (n == 1 || n % 1000 == 0) {
+                eprintln!(
+                    "zeus-sim-amdsmi: overlapping amdsmi calls ({n} so far): the caller does \
+                     not serialize calls into a library that is not thread-safe"
+                );
+            }
         }
         if THREAD_UNSAFE.load(Ordering::Relaxed) {
             std::thread::sleep(LINGER);
