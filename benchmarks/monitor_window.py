@@ -18,7 +18,14 @@ pair with the sampler (`reads="cached"`) and with direct reads on 1 and 4 H100s,
 `--reference` zeus-ml 0.8.2 on the same library; targets: <= 10 us (1 GPU) and <= 15 us (4 GPUs)
 with the sampler, against >= 5 ms for the reference. Both modes print their figures.
 
+AMD (`--vendor amd` or `both`, calibrated only): the same pairs on simulated MI300Xs through
+zeus's AMD backend loading the simulated `libamd_smi.so` (`ZEUS_AMDSMI_LIB`, default
+`python -m zeus.device.sim amdsmi-path`): readings change every millisecond and a read costs
+50 us (assumed, not measured on hardware), the counter is checked against power at open.
+Targets: the NVIDIA sampler's.
+
 Usage: python benchmarks/monitor_window.py [--pairs N] [--repeat R] [--fidelity ideal|real|both]
+    [--vendor nvidia|amd|both]
 """
 
 from __future__ import annotations
@@ -49,6 +56,20 @@ def fake_nvml() -> str:
             if (REPO / cand).is_file():
                 return str(REPO / cand)
     sys.exit("the simulated libnvidia-ml is not built: cargo build --release -p zeus-sim-nvml")
+
+
+def fake_amdsmi() -> str:
+    if os.environ.get("ZEUS_AMDSMI_LIB"):
+        return os.environ["ZEUS_AMDSMI_LIB"]
+    try:
+        import zeus.device.sim
+
+        return str(zeus.device.sim.amdsmi_library_path())
+    except FileNotFoundError:
+        for cand in ("target/release/libamd_smi.so", "target/debug/libamd_smi.so"):
+            if (REPO / cand).is_file():
+                return str(REPO / cand)
+    sys.exit("the simulated libamd_smi is not built: cargo build --release -p zeus-sim-amdsmi")
 
 
 def best_per_call(fn, n: int, repeat: int) -> float:
@@ -85,7 +106,8 @@ def child(pairs: int, repeat: int, reads: str) -> None:
             end("step", sync_cuda=False)
 
     if hasattr(monitor, "gpus"):
-        assert monitor.gpus.backend == "nvml", monitor.gpus.backend
+        want = "amd" if os.environ.get("ZEUS_GPU_BACKEND") == "amd" else "nvml"
+        assert monitor.gpus.backend == want, monitor.gpus.backend
         read = monitor.gpus.get_total_energy_consumption
         idx = list(range(n_gpus))
     else:
@@ -128,6 +150,7 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--reads", default="auto", help=argparse.SUPPRESS)
     p.add_argument("--fidelity", choices=["ideal", "real", "both"], default="both")
+    p.add_argument("--vendor", choices=["nvidia", "amd", "both"], default="both")
     p.add_argument(
         "--reference",
         metavar="PYTHON",
@@ -150,12 +173,15 @@ def main() -> None:
         libdir = tempfile.mkdtemp(prefix="zeus-fake-nvml-")
         os.symlink(lib, os.path.join(libdir, "libnvidia-ml.so.1"))
     runs = []
-    if args.fidelity in ("ideal", "both"):
+    nvidia = args.vendor in ("nvidia", "both")
+    amd = args.vendor in ("amd", "both")
+    if args.fidelity in ("ideal", "both") and nvidia:
         runs += [("ideal", "A40", "auto", n, TARGETS_US[n]) for n in (1, 4)]
     if args.fidelity in ("real", "both"):
         for n in (1, 4):
-            runs.append(("real", "H100", "cached", n, CALIBRATED_TARGETS_US[n]))
-            runs.append(("real", "H100", "direct", n, None))
+            for model in ["H100"] * nvidia + ["MI300X"] * amd:
+                runs.append(("real", model, "cached", n, CALIBRATED_TARGETS_US[n]))
+                runs.append(("real", model, "direct", n, None))
     for fidelity, model, reads, n, target in runs:
         env = {
             k: v
@@ -168,6 +194,8 @@ def main() -> None:
             ZEUS_SIM_LOAD="busy",
             ZEUS_SIM_FIDELITY=fidelity,
         )
+        if model.startswith("MI"):
+            env.update(ZEUS_GPU_BACKEND="amd", ZEUS_AMDSMI_LIB=fake_amdsmi())
         # Direct reads on the calibrated GPU cost milliseconds: fewer pairs.
         pairs = args.pairs if (fidelity == "ideal" or reads == "cached") else 20
         repeat = args.repeat if pairs == args.pairs else 2
@@ -176,7 +204,7 @@ def main() -> None:
         out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         ref = ""
-        if args.reference and reads != "direct":
+        if args.reference and reads != "direct" and not model.startswith("MI"):
             renv = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "ZEUS_NVML_LIB")}
             renv["LD_LIBRARY_PATH"] = libdir
             rpairs = str(pairs // 10 if fidelity == "ideal" else 20)

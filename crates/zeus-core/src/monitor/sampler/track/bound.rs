@@ -58,7 +58,9 @@ impl Track {
             };
             // How far the extrapolation goes wrong is learned against the settled value, which
             // is itself off by what interpolation inside a counter interval is: both count.
-            let hinted = self.hints.iter().any(|&h| h > a.t - HINT_TOLERANCE);
+            let hinted = self
+                .last_hint_in(a.t - HINT_TOLERANCE, f64::INFINITY)
+                .is_some();
             let interval = self.power_near(t) * self.schedule.grid.period.max(self.period);
             // (Where in its counter interval the end will fall is not known yet: the shape's
             // factor 2 sqrt(x (1 - x)) averages pi / 4 over it.) Where window edges step the
@@ -108,10 +110,7 @@ impl Track {
             let (lo, hi) = self.feasible(t - a.t, b.t - t, delta);
             ((lo + hi) / 2.0 + a.joules, res_sigma, (hi - lo) / 2.0)
         } else {
-            let hinted = self
-                .hints
-                .iter()
-                .any(|&h| h > a.t - HINT_TOLERANCE && h < b.t);
+            let hinted = self.last_hint_in(a.t - HINT_TOLERANCE, b.t).is_some();
             let shape =
                 self.residual_scale(hinted) * delta.abs() * 2.0 * (frac * (1.0 - frac)).sqrt();
             // A load that moves within the interval: where the counter's step fell inside it is

@@ -20,7 +20,7 @@ impl Track {
         // that moves between readings rarely leaves that many alike).
         let span_before = (0.5 - (b - a)).max(2.0 * self.period);
         let (_, calm) = self.power_stats(a - span_before, b + self.period, 8);
-        let hinted = self.hints.iter().any(|&h| h > a && h < b);
+        let hinted = self.last_hint_in(a, b).is_some();
         let res = Residual {
             rel: rel(pred),
             calm: calm && !hinted,

@@ -554,6 +554,14 @@ impl Track {
         self.read_due.is_some_and(|a| a <= now)
     }
 
+    /// The latest window edge strictly inside `(lo, hi)`. Hints are in time order, so this is
+    /// a binary search: a board updating every millisecond keeps a million of them over the
+    /// history, and a scan per window edge would cost milliseconds.
+    pub(super) fn last_hint_in(&self, lo: f64, hi: f64) -> Option<f64> {
+        let j = self.hints.partition_point(|&h| h < hi);
+        j.checked_sub(1).map(|k| self.hints[k]).filter(|&h| h > lo)
+    }
+
     /// Mark a window edge at `t`: the load probably changes there. Only the first and the last
     /// edge of a tick interval shape the model (the level between them is one unknown), so an
     /// interval keeps at most two: a tight loop of windows costs neither time nor memory.

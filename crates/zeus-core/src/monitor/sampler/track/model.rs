@@ -21,7 +21,7 @@ impl Track {
     pub(super) fn open_level(&self) -> Option<(f64, f64, f64)> {
         let w = self.averaged?;
         let last = self.anchors.back()?;
-        let h = *self.hints.iter().rev().find(|&&h| h > last.t)?;
+        let h = self.last_hint_in(last.t, f64::INFINITY)?;
         let old = self.interval_mean(self.anchors.len() - 1)?;
         let before = self.ticks.iter().rev().find(|k| k.t <= h)?;
         let after = self.ticks.back()?;
@@ -45,7 +45,7 @@ impl Track {
             return None;
         }
         let (a, b) = (self.anchors[n - 2], self.anchors[n - 1]);
-        let h = *self.hints.iter().rev().find(|&&h| h > a.t && h < b.t)?;
+        let h = self.last_hint_in(a.t, b.t)?;
         if b.t - h < 0.25 * (b.t - a.t) {
             return None;
         }

@@ -247,7 +247,7 @@ impl Track {
         );
         let edges_seen = reads
             .get(from)
-            .is_some_and(|r0| self.hints.iter().any(|&h| h > r0.before));
+            .is_some_and(|r0| self.last_hint_in(r0.before, f64::INFINITY).is_some());
         if let Some(l) = fitted {
             // No lag in the range explains the counter where the load stepped, again and
             // again: the board's lag is outside what the sampler calibrates.
