@@ -190,16 +190,16 @@ pub unsafe extern "C" fn amdsmi_get_clock_info(
     info: *mut ffi::ClkInfo,
 ) -> Status {
     guard(|| {
-        let (lib, i, d) = device(handle)?;
+        let (_, _, d) = device(handle)?;
         nonnull(info)?;
         let dom = domain(clk_type)?;
         let clk = current(d, dom)?;
-        let set = {
-            let st = lib.state(i);
-            match dom {
-                Domain::Gfx => st.gfx_range,
-                Domain::Mem => st.mem_range,
-            }
+        // The board's own record, which every process sharing it sees (this library's
+        // record of what it was asked is per process).
+        let (gfx, mem) = d.locked_clocks();
+        let set = match dom {
+            Domain::Gfx => gfx,
+            Domain::Mem => mem,
         };
         let (min_clk, max_clk) = set.unwrap_or_else(|| board_range(d, dom));
         write(

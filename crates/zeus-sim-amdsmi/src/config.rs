@@ -69,14 +69,7 @@ pub(crate) fn hip_ids(n: usize) -> Result<Vec<u32>, String> {
 /// Read the configuration and build the devices (done once per process, by the first
 /// `amdsmi_init`). The error names the variable at fault.
 pub(crate) fn build() -> Result<Library, String> {
-    let mut config = SimConfig::from_env().map_err(|e| e.to_string())?;
-    // The simulator's default GPU is an A40, which this library would not show: with no
-    // `ZEUS_SIM_GPUS`, an MI300X stands in.
-    if env_value("ZEUS_SIM_GPUS").is_none() {
-        config.presets = vec![preset::find("MI300X").expect("MI300X is a preset")];
-    }
-    // NVIDIA boards are the simulated NVML's; amdsmi does not see them.
-    config.presets.retain(|p| p.vendor == Vendor::Amd);
+    let config = SimConfig::from_env_for(Vendor::Amd).map_err(|e| e.to_string())?;
     version()?;
     let thread_unsafe = thread_unsafe()?;
     let privileged = config.privileged;

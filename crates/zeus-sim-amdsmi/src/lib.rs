@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use zeus_core::device::amd::ffi::{self, status, Bdf, Handle, Status};
-use zeus_core::device::sim::{preset, Die, SimCluster, SimConfig, SimGpu};
+use zeus_core::device::sim::{Die, SimCluster, SimConfig, SimGpu};
 use zeus_core::device::{Gpu, GpuError, Vendor};
 
 /// One GPU package: what amdsmi calls a socket. An MI250X's two dies share one; every other

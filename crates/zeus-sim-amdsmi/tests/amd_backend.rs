@@ -12,6 +12,8 @@ use zeus_core::device::{amd, Architecture, Gpu, GpuError, Vendor};
 
 static SETUP: Once = Once::new();
 static CONTROL: OnceLock<Library> = OnceLock::new();
+/// The clock tests change the same GPU's clocks: one at a time.
+static CLOCKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The backend's devices: an MI300X and an MI250X (two dies), busy, in a library that records
 /// overlapping calls and makes them likely (each call lingers).
@@ -147,9 +149,59 @@ fn energy_follows_the_truth() {
     assert_eq!(odd, 0);
 }
 
+/// Whether the library reports domain `clk` (0 graphics, 4 memory) of its first GPU locked.
+fn locked(clk: u32) -> bool {
+    let lib = CONTROL.get().unwrap();
+    // SAFETY: amdsmi's own signatures; the handle is the first processor of the first socket.
+    unsafe {
+        type List = unsafe extern "C" fn(*mut u32, *mut zeus_core::device::amd::ffi::Handle) -> u32;
+        type Procs = unsafe extern "C" fn(
+            zeus_core::device::amd::ffi::Handle,
+            *mut u32,
+            *mut zeus_core::device::amd::ffi::Handle,
+        ) -> u32;
+        type Info = unsafe extern "C" fn(
+            zeus_core::device::amd::ffi::Handle,
+            u32,
+            *mut zeus_core::device::amd::ffi::ClkInfo,
+        ) -> u32;
+        let sockets: libloading::Symbol<List> = lib.get(b"amdsmi_get_socket_handles").unwrap();
+        let procs: libloading::Symbol<Procs> = lib.get(b"amdsmi_get_processor_handles").unwrap();
+        let info: libloading::Symbol<Info> = lib.get(b"amdsmi_get_clock_info").unwrap();
+        let (mut n, mut s) = (1u32, std::ptr::null_mut());
+        assert_eq!(sockets(&mut n, &mut s), 0);
+        let (mut m, mut p) = (1u32, std::ptr::null_mut());
+        assert_eq!(procs(s, &mut m, &mut p), 0);
+        let mut c = zeus_core::device::amd::ffi::ClkInfo::default();
+        assert_eq!(info(p, clk, &mut c), 0);
+        c.clk_locked != 0
+    }
+}
+
 #[test]
-fn clock_ranges_lock_and_auto_resets_both() {
+fn resetting_one_clock_domain_keeps_the_other_locked() {
+    // amdsmi resets both domains at once (perf level AUTO); the backend locks the other again,
+    // so one holder's reset does not undo another's lock (zeusd's clients hold domains).
     let gpus = setup();
+    let _turn = CLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    let g = &gpus[0];
+    g.set_memory_locked_clocks(1300, 1300).unwrap();
+    g.set_gpu_locked_clocks(500, 1200).unwrap();
+    g.reset_gpu_locked_clocks().unwrap();
+    assert!(!locked(0) && locked(4), "graphics reset, memory kept");
+    g.set_gpu_locked_clocks(500, 1200).unwrap();
+    g.reset_memory_locked_clocks().unwrap();
+    assert!(locked(0) && !locked(4), "memory reset, graphics kept");
+    let (now, _) = g.current_clocks_mhz().unwrap();
+    assert!(now <= 1200, "{now}");
+    g.reset_gpu_locked_clocks().unwrap();
+    assert!(!locked(0) && !locked(4));
+}
+
+#[test]
+fn clock_ranges_lock_and_reset() {
+    let gpus = setup();
+    let _turn = CLOCKS.lock().unwrap_or_else(|p| p.into_inner());
     let g = &gpus[0];
     let mem = g.supported_memory_clocks().unwrap();
     assert_eq!(mem, vec![1300]);

@@ -5,7 +5,8 @@ use super::*;
 fn init() -> Ret {
     let _guard = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     if CLUSTER.get().is_none() {
-        match SimConfig::from_env().and_then(SimCluster::open) {
+        match SimConfig::from_env_for(zeus_core::device::Vendor::Nvidia).and_then(SimCluster::open)
+        {
             Ok(c) => {
                 let _ = CLUSTER.set(c);
             }

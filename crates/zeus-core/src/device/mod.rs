@@ -345,9 +345,17 @@ impl Gpus {
                 (BackendKind::Sim, cluster.gpu_devices(), cluster.clock())
             }
         };
-        let (all, mut notes) = counter_check::check_counters(all, clock.as_ref());
-        let all = derived_power::wrap_powerless(all, clock.clone(), &mut notes);
-        let mut gpus = Gpus::new(backend, all, clock)?;
+        let mut all = all;
+        let physical = Gpus::visible_indices(&all)?;
+        // The visible GPUs only (hidden ones are not this process's to wait for), numbered as
+        // the process sees them.
+        let visible: Vec<Arc<dyn Gpu>> = physical.iter().map(|&i| all[i].clone()).collect();
+        let (visible, mut notes) = counter_check::check_counters(visible, clock.as_ref());
+        let visible = derived_power::wrap_powerless(visible, clock.clone(), &mut notes);
+        for (&i, d) in physical.iter().zip(visible) {
+            all[i] = d;
+        }
+        let mut gpus = Gpus::with_indices(backend, all, physical, clock);
         gpus.notes = notes;
         Ok(gpus)
     }
@@ -360,6 +368,12 @@ impl Gpus {
         all: Vec<Arc<dyn Gpu>>,
         clock: Arc<dyn Clock>,
     ) -> GpuResult<Gpus> {
+        let physical_indices = Gpus::visible_indices(&all)?;
+        Ok(Gpus::with_indices(backend, all, physical_indices, clock))
+    }
+
+    /// The backend indices of `all` visible to this process, by their vendor's variables.
+    fn visible_indices(all: &[Arc<dyn Gpu>]) -> GpuResult<Vec<usize>> {
         let uuids = all
             .iter()
             .map(|d| d.uuid())
@@ -370,8 +384,7 @@ impl Gpus {
         } else {
             Vendor::Nvidia
         };
-        let physical_indices = visible::from_env(vendor, &uuids)?;
-        Ok(Gpus::with_indices(backend, all, physical_indices, clock))
+        visible::from_env(vendor, &uuids)
     }
 
     /// Warnings from opening the devices (an AMD counter disabled at the check, and why).

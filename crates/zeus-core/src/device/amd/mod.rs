@@ -22,7 +22,9 @@
 //! - Energy: the accumulator times its resolution (µJ). Whether the counter can be trusted is
 //!   decided when the devices are opened (`device/counter_check.rs`).
 //! - Clocks: a range per domain (`amdsmi_set_gpu_clk_range`); a single domain cannot be reset,
-//!   so either reset puts the performance level back to `AUTO`, which resets both.
+//!   so a reset puts the performance level back to `AUTO`, which resets both, and then sets
+//!   the other domain's range again if it was locked: resetting one domain leaves the other as
+//!   it was, as on NVIDIA (zeusd's clients each hold their own domain).
 //! - Persistence mode does not exist on AMD: its calls are `NotSupported`.
 
 pub mod ffi;
@@ -351,11 +353,25 @@ impl AmdGpu {
         })
     }
 
-    /// Back to `AUTO`: every clock domain's range reset (amdsmi cannot reset one alone).
-    fn reset_clocks(&self) -> GpuResult<()> {
+    /// Reset domain `clk`'s range and keep the other's: amdsmi resets only both at once (the
+    /// `AUTO` performance level), so a locked other domain is locked again after it.
+    fn reset_clocks(&self, clk: u32) -> GpuResult<()> {
+        let other = if clk == ffi::CLK_TYPE_GFX {
+            ffi::CLK_TYPE_MEM
+        } else {
+            ffi::CLK_TYPE_GFX
+        };
+        let mut kept = ffi::ClkInfo::default();
+        self.call("amdsmi_get_clock_info", |api, h| unsafe {
+            (api.get_clock_info)(h, other, &mut kept)
+        })?;
         self.call("amdsmi_set_gpu_perf_level", |api, h| unsafe {
             (api.set_gpu_perf_level)(h, ffi::DEV_PERF_LEVEL_AUTO)
-        })
+        })?;
+        if kept.clk_locked != 0 {
+            self.set_range(other, kept.min_clk, kept.max_clk)?;
+        }
+        Ok(())
     }
 }
 
@@ -435,13 +451,13 @@ impl Gpu for AmdGpu {
         self.set_range(ffi::CLK_TYPE_GFX, min_mhz, max_mhz)
     }
     fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
-        self.reset_clocks()
+        self.reset_clocks(ffi::CLK_TYPE_GFX)
     }
     fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
         self.set_range(ffi::CLK_TYPE_MEM, min_mhz, max_mhz)
     }
     fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
-        self.reset_clocks()
+        self.reset_clocks(ffi::CLK_TYPE_MEM)
     }
     fn average_power_usage(&self) -> GpuResult<u32> {
         watts_field(

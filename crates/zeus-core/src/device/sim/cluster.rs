@@ -136,6 +136,20 @@ impl SimConfig {
 
     /// Refuse combinations that cannot work: a shared device on a virtual clock (a virtual clock
     /// belongs to one process, so processes could not agree on the time).
+    /// [`SimConfig::from_env`] for one vendor's simulated driver library: the boards of other
+    /// vendors are not its GPUs (the simulated `libnvidia-ml.so.1` lists the NVIDIA models of
+    /// `ZEUS_SIM_GPUS`, the simulated `libamd_smi.so` the AMD ones), and with `ZEUS_SIM_GPUS`
+    /// unset an AMD library has an MI300X (the simulator's default A40 is NVIDIA's).
+    pub fn from_env_for(vendor: Vendor) -> GpuResult<SimConfig> {
+        let mut config = SimConfig::from_env()?;
+        let unset = std::env::var("ZEUS_SIM_GPUS").map_or(true, |v| v.trim().is_empty());
+        if unset && vendor == Vendor::Amd {
+            config.presets = vec![preset::find("MI300X").expect("MI300X is a preset")];
+        }
+        config.presets.retain(|p| p.vendor == vendor);
+        Ok(config)
+    }
+
     fn check(&self) -> GpuResult<()> {
         if let (Some(path), true) = (&self.shared, self.virtual_clock) {
             return Err(GpuError::Init(format!(

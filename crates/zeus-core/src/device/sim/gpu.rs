@@ -154,6 +154,9 @@ pub(super) struct State {
     pub(super) curve_gen: u64,
 }
 
+/// A locked clock range, `(min, max)` MHz.
+pub type ClockRange = (u32, u32);
+
 /// Which die of a board a device is. The MI250X enumerates its two dies as two GPUs, and
 /// the odd one reports 0 W: the package's power and energy are in the even die's readings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -500,6 +503,23 @@ impl SimGpu {
     pub fn freeze_counter(&self) {
         let reading = self.counter_joules(self.clock.now(), false);
         *lock(&self.frozen) = Some(reading);
+    }
+
+    /// AMD GPUs have no persistence mode (what the AMD backend says of real ones).
+    fn no_persistence_on_amd(&self) -> GpuResult<()> {
+        if self.preset.vendor == Vendor::Amd {
+            return Err(GpuError::NotSupported(
+                "persistence mode: AMD GPUs have none".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The locked graphics and memory clock ranges (MHz, as the board clamped them), if any:
+    /// the board's own, shared with every process of a shared device.
+    pub fn locked_clocks(&self) -> (Option<ClockRange>, Option<ClockRange>) {
+        let s = self.state();
+        (s.gpu_locked, s.mem_locked)
     }
 
     /// Which die of its board this device is.
@@ -990,10 +1010,12 @@ impl Gpu for SimGpu {
         Ok(())
     }
     fn persistence_mode(&self) -> GpuResult<bool> {
+        self.no_persistence_on_amd()?;
         self.check_fault(board::calls::OTHER, "nvmlDeviceGetPersistenceMode")?;
         Ok(self.state().persistence)
     }
     fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
+        self.no_persistence_on_amd()?;
         self.check_fault(board::calls::WRITE, "nvmlDeviceSetPersistenceMode")?;
         self.check_privileged("nvmlDeviceSetPersistenceMode")?;
         self.mutate(|s| s.persistence = enabled);

@@ -53,6 +53,10 @@ mod ticks;
 
 /// Seconds of ticks, reads and anchors kept.
 const HISTORY_S: f64 = 600.0;
+/// At most this many power readings are kept: [`HISTORY_S`] of a board updating every 100 ms,
+/// a minute of one updating every millisecond (AMD's), whose counter anchors, milliseconds
+/// apart, carry the energy of older stretches (30 MB per GPU otherwise).
+const MAX_TICKS: usize = 60_000;
 /// Counter reads kept (beyond the history, the oldest go).
 const MAX_READS: usize = 4096;
 /// Tick intervals kept for the period estimate.

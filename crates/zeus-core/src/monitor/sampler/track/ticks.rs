@@ -227,7 +227,7 @@ impl Track {
             self.learn_load();
         }
         let horizon = tick.t - HISTORY_S;
-        while self.ticks.len() > 2 && self.ticks[1].t < horizon {
+        while self.ticks.len() > 2 && (self.ticks[1].t < horizon || self.ticks.len() > MAX_TICKS) {
             self.ticks.pop_front();
         }
         while self.anchors.len() > 2 && self.anchors[1].t < horizon {
