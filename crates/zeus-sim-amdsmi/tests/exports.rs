@@ -14,8 +14,25 @@ fn load() -> Library {
     unsafe { Library::new(common::fake_lib()) }.expect("load libamd_smi.so")
 }
 
-/// Where the `amdsmi` 7.0.2 wheel's bindings were unpacked, if they were.
-const WRAPPER: &str = "/tmp/amdpkg/x/amdsmi/amdsmi_wrapper.py";
+/// AMD's bindings, `amdsmi_wrapper.py` of the `amdsmi` package (7.0.2, in the test extras):
+/// `ZEUS_AMDSMI_WRAPPER` if set, else where `python3` finds the package (found, not imported:
+/// its import needs the library).
+fn wrapper() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("ZEUS_AMDSMI_WRAPPER") {
+        return Some(p.into());
+    }
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.util as u; s = u.find_spec('amdsmi'); \
+             print(s.submodule_search_locations[0] if s else '')",
+        ])
+        .output()
+        .ok()?;
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let path = Path::new(&dir).join("amdsmi_wrapper.py");
+    (!dir.is_empty() && path.is_file()).then_some(path)
+}
 
 /// Every `NAME` in `_libraries['libamd_smi.so'].NAME` (names may have capitals:
 /// `amdsmi_is_P2P_accessible`).
@@ -37,18 +54,19 @@ fn bound_names(source: &str) -> Vec<String> {
 
 #[test]
 fn every_symbol_the_python_bindings_bind_is_exported() {
-    let path = Path::new(WRAPPER);
-    if !path.is_file() {
+    let Some(path) = wrapper() else {
         println!(
-            "skipped: {WRAPPER} is not there (unpack the amdsmi 7.0.2 wheel to /tmp/amdpkg/x)"
+            "skipped: AMD's amdsmi package is not installed for python3 (pip install \
+             amdsmi==7.0.2, in the test extras) and ZEUS_AMDSMI_WRAPPER is unset"
         );
         return;
-    }
-    let names = bound_names(&std::fs::read_to_string(path).unwrap());
+    };
+    let names = bound_names(&std::fs::read_to_string(&path).unwrap());
     assert!(
         names.len() >= 184,
-        "only {} names found in {WRAPPER}",
-        names.len()
+        "only {} names found in {}",
+        names.len(),
+        path.display()
     );
     let lib = load();
     let missing: Vec<&String> = names
