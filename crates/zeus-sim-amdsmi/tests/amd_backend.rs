@@ -12,8 +12,10 @@ use zeus_core::device::{amd, Architecture, Gpu, GpuError, Vendor};
 
 static SETUP: Once = Once::new();
 static CONTROL: OnceLock<Library> = OnceLock::new();
-/// The clock tests change the same GPU's clocks: one at a time.
-static CLOCKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Taken by the tests that change the first GPU's clocks (they would undo each other's locks)
+/// and by the one that counts overlapping calls (the clock tests call the library directly,
+/// outside the backend's lock).
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The backend's devices: an MI300X and an MI250X (two dies), busy, in a library that records
 /// overlapping calls and makes them likely (each call lingers).
@@ -183,7 +185,7 @@ fn resetting_one_clock_domain_keeps_the_other_locked() {
     // amdsmi resets both domains at once (perf level AUTO); the backend locks the other again,
     // so one holder's reset does not undo another's lock (zeusd's clients hold domains).
     let gpus = setup();
-    let _turn = CLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let g = &gpus[0];
     g.set_memory_locked_clocks(1300, 1300).unwrap();
     g.set_gpu_locked_clocks(500, 1200).unwrap();
@@ -201,7 +203,7 @@ fn resetting_one_clock_domain_keeps_the_other_locked() {
 #[test]
 fn clock_ranges_lock_and_reset() {
     let gpus = setup();
-    let _turn = CLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let g = &gpus[0];
     let mem = g.supported_memory_clocks().unwrap();
     assert_eq!(mem, vec![1300]);
@@ -223,6 +225,7 @@ fn clock_ranges_lock_and_reset() {
 #[test]
 fn calls_into_a_thread_unsafe_library_never_overlap() {
     let gpus = setup();
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     assert!(amd::needs_serializing(amd::library_version().unwrap()));
     let before = overlaps();
     std::thread::scope(|s| {

@@ -210,6 +210,9 @@ impl Gpu for CounterPower {
     fn counter_lag(&self) -> Option<f64> {
         self.inner.counter_lag()
     }
+    fn power_from_counter(&self) -> bool {
+        true
+    }
     fn power_update_period(&self) -> Option<f64> {
         Some(MIN_SPAN_S)
     }

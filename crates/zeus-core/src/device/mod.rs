@@ -155,6 +155,12 @@ pub trait Gpu: Send + Sync {
     fn counter_is_exact(&self) -> Option<bool> {
         None
     }
+    /// Whether its power readings are derived from its own energy counter (a board that reports
+    /// no power: `derived_power.rs`). A model of such readings adds nothing the counter lacks,
+    /// so monitors read the counter directly at window edges.
+    fn power_from_counter(&self) -> bool {
+        false
+    }
     /// How long after the power readings' update the energy counter shows the same update,
     /// s, where the backend knows it (AMD: both are fields of one metrics table the firmware
     /// fills at once, so 0). `None`: the sampler measures it, as it must on NVML.

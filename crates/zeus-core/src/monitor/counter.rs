@@ -16,10 +16,19 @@ pub fn counter_delta(start: u64, end: u64, width_bits: u32) -> u64 {
     }
 }
 
-/// Millijoules between two readings of the 64-bit NVML counter, in joules.
+/// Joules between two readings of a 64-bit millijoule counter (NVML's, AMD SMI's through the
+/// backend), or `None` where the counter went back: the second reading below the first by more
+/// than a wrap could explain. A wrap from near `u64::MAX` is counted (a fake or narrow counter
+/// may do it); anything else below the first reading is a reset (a driver reload) or a stale
+/// read (AMD's, read from several threads at once), whose difference is no energy at all,
+/// never a negative one or the 18 million terajoules of a wrapping subtraction.
 #[inline]
-pub fn counter_delta_joules(start_mj: u64, end_mj: u64) -> f64 {
-    counter_delta(start_mj, end_mj, 64) as f64 / 1000.0
+pub fn counter_delta_joules(start_mj: u64, end_mj: u64) -> Option<f64> {
+    // 2^50 mJ is 35 years at 1 kW: no window spans more; a value that went back by less than
+    // the rest of the range differs by nearly 2^64.
+    const MOST: u64 = 1 << 50;
+    let d = counter_delta(start_mj, end_mj, 64);
+    (d < MOST).then(|| d as f64 / 1000.0)
 }
 
 /// Format a float the way Python's `repr(float)` does (`1.0`, `0.1`, `1e-05`, `1e+16`), so log
@@ -77,6 +86,14 @@ mod tests {
         ] {
             assert_eq!(py_float(x), want, "{x}");
         }
+    }
+
+    #[test]
+    fn a_64_bit_counter_going_back_is_no_energy() {
+        assert_eq!(counter_delta_joules(1_000, 3_500), Some(2.5));
+        assert_eq!(counter_delta_joules(3_500, 3_500), Some(0.0));
+        assert_eq!(counter_delta_joules(3_500, 1_000), None);
+        assert_eq!(counter_delta_joules(u64::MAX - 999, 1_500), Some(2.5));
     }
 
     #[test]

@@ -505,6 +505,12 @@ impl Gpu for AmdGpu {
         // `energy_accumulator` and the socket powers are fields of the same GPU metrics table.
         Some(0.0)
     }
+    fn counter_is_exact(&self) -> Option<bool> {
+        // It moves in steps (each metrics update, about a millisecond apart): not exact at
+        // every read, though two reads a few milliseconds apart always differ, which is all
+        // the monitor's probe could check.
+        Some(false)
+    }
     fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
         Ok((
             self.clock_now_mhz(ffi::CLK_TYPE_GFX)?,

@@ -442,9 +442,13 @@ impl EnergyMonitor {
                 }
                 None => false,
             };
+            // A board whose power comes from its counter: the counter at the edges is all the
+            // sampler would know, and its bound says so.
+            let counter_only = reads == ReadMode::Auto && dev.power_from_counter();
             if reads != ReadMode::Direct
                 && !gpus.clock().is_virtual()
                 && (reads == ReadMode::Cached || !exact[k])
+                && !counter_only
             {
                 cached[k] = Some(leased.len());
                 leased.push(dev.clone());
@@ -1012,13 +1016,22 @@ impl EnergyMonitor {
                 let b = self.staleness_bound(k, (e - w.cached_j[k]).max(0.0), time, w, &end_w);
                 ((e - w.cached_j[k]).max(0.0), b, Method::DirectCounter)
             } else if self.has_counter[k] {
-                let e = counter_delta_joules(w.counters_mj[k], self.scratch[k]);
-                let b = if self.exact[k] {
-                    0.002
-                } else {
-                    self.staleness_bound(k, e, time, w, &end_w)
-                };
-                (e, b, Method::DirectCounter)
+                match counter_delta_joules(w.counters_mj[k], self.scratch[k]) {
+                    Some(e) => {
+                        let b = if self.exact[k] {
+                            0.002
+                        } else {
+                            self.staleness_bound(k, e, time, w, &end_w)
+                        };
+                        (e, b, Method::DirectCounter)
+                    }
+                    // The counter went back within the window (a reset, or a stale read): the
+                    // energy is anything the GPU can draw over it.
+                    None => {
+                        let (e, b) = self.drawable(i, time);
+                        (e, b, Method::Degraded)
+                    }
+                }
             } else {
                 match (&own, self.own_col[k]) {
                     (Some((v, b)), Some(c)) => (
@@ -1158,9 +1171,14 @@ impl EnergyMonitor {
             safe_now.get(k).copied().flatten(),
         );
         if let (Mode::Direct, (Some(a), Some(b))) = (mode, direct) {
-            let e = counter_delta_joules(a, b);
-            let bound = watched.with_track(|t| t.direct_bound(start, end));
-            return Ok((e, bound, Method::DirectCounter, None));
+            if let Some(e) = counter_delta_joules(a, b) {
+                let bound = watched.with_track(|t| t.direct_bound(start, end));
+                return Ok((e, bound, Method::DirectCounter, None));
+            }
+            // The counter went back within the window: the power readings' integral.
+            if let Some(p) = watched.with_track(|t| t.power_window(start, end)) {
+                return Ok((p.joules, p.bound, Method::Degraded, None));
+            }
         }
         if mode == Mode::Power {
             if let Some(p) = watched.with_track(|t| t.power_window(start, end)) {
@@ -1203,6 +1221,22 @@ impl EnergyMonitor {
                     None,
                 ))
             }
+        }
+    }
+
+    /// Anything GPU `i` can draw over `seconds`, as a midpoint and half-width (J): up to its
+    /// highest power limit (unbounded where the driver does not say it).
+    fn drawable(&self, i: usize, seconds: f64) -> (f64, f64) {
+        let max_w = self
+            .gpus
+            .device(i)
+            .and_then(|d| d.power_management_limit_constraints())
+            .map_or(f64::INFINITY, |(_, max)| f64::from(max) / 1000.0);
+        let half = max_w * seconds.max(0.0) / 2.0;
+        if half.is_finite() {
+            (half, half)
+        } else {
+            (0.0, f64::INFINITY)
         }
     }
 
