@@ -820,3 +820,26 @@ def test_the_exporters_amd_metrics_pass_promtool(amd_lib: Path, tmp_path: Path) 
         assert model and models[gpu.group(1)] in model.group(1), line
     assert sample(body, "zeus_gpu_energy_joules_total", "0") is not None
     assert sample(body, "zeus_gpu_power_watts", "0") is not None
+
+
+def test_the_power_logger_logs_an_mi300x_which_has_no_average_power(
+    amd_lib: Path, tmp_path: Path
+) -> None:
+    """`zeus-monitor OUT DURATION INTERVAL` logs NVML's GetPowerUsage in the reference's form;
+    an MI300X has no average power, so its instant power is logged instead of failing."""
+    out = tmp_path / "power.csv"
+    env = face_env("amd", amd_lib, "MI300X", ZEUS_SIM_LOAD="busy")
+    run = subprocess.run(
+        [str(EXPORTER), str(out), "1", "100"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0] == "Time,Power", rows[:2]
+    watts = [int(r.split(",")[1]) / 1000 for r in rows[1:]]
+    assert len(watts) >= 5, rows
+    # Busy at the default 750 W cap: well above the 140 W idle.
+    assert all(300 < w <= 750 for w in watts), watts

@@ -11,7 +11,7 @@ use zeus_core::monitor::power_log::{split_seconds, PowerLog, PowerLogFormat};
 
 use clap::{Parser, ValueEnum};
 use zeus_core::device::settings::{restore_stale, Journal};
-use zeus_core::device::{GpuResult, Gpus};
+use zeus_core::device::{power_mw, GpuResult, Gpus, PowerPreference};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
@@ -146,7 +146,12 @@ fn read(
     p.clear();
     e.clear();
     for &i in indices {
-        p.push(gpus.device(i)?.average_power_usage()?);
+        // The reference logs NVML's GetPowerUsage (the average); boards without one (MI300X)
+        // log their instant power.
+        p.push(power_mw(
+            gpus.device(i)?.as_ref(),
+            PowerPreference::Average,
+        )?);
     }
     if energy {
         for &i in indices {

@@ -165,10 +165,7 @@ async fn get_persistence_mode(State(app): State<Shared>, params: Params) -> Resp
 /// Power now, mW: the instant reading, or the driver's average on boards without one (as
 /// NVML's GetPowerUsage does).
 pub fn power_mw(d: &dyn Gpu) -> Result<u32, GpuError> {
-    match d.instant_power_usage() {
-        Err(GpuError::NotSupported(_)) => d.average_power_usage(),
-        other => other,
-    }
+    zeus_core::device::power_mw(d, zeus_core::device::PowerPreference::Instant)
 }
 
 async fn get_power(State(app): State<Shared>, params: Params) -> Response {

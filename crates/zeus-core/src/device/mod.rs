@@ -205,6 +205,31 @@ pub trait Gpu: Send + Sync {
     }
 }
 
+/// Which power reading a caller wants where a board has both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerPreference {
+    Instant,
+    Average,
+}
+
+/// `gpu`'s power now, mW: the preferred reading, or the other where the board lacks it (an
+/// MI300X has no average, an MI250X and boards before Ampere no instant power). The one rule
+/// every reader of "the power" uses.
+pub fn power_mw(gpu: &dyn Gpu, prefer: PowerPreference) -> GpuResult<u32> {
+    let read = |instant: bool| {
+        if instant {
+            gpu.instant_power_usage()
+        } else {
+            gpu.average_power_usage()
+        }
+    };
+    let instant_first = prefer == PowerPreference::Instant;
+    match read(instant_first) {
+        Err(GpuError::NotSupported(_)) => read(!instant_first),
+        other => other,
+    }
+}
+
 /// A power reading and the driver's timestamp of it (seconds since the Unix epoch, the
 /// backend clock's scale), where the driver gives one.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -58,9 +58,8 @@ pub fn detect_update_period(gpus: &Gpus, index: usize) -> GpuResult<Option<f64>>
     }
     // Instant power where the board has it (it changes at every update, as the average does
     // not always), else the average.
-    let read = |d: &dyn crate::device::Gpu| match d.instant_power_usage() {
-        Err(GpuError::NotSupported(_)) => d.average_power_usage(),
-        r => r,
+    let read = |d: &dyn crate::device::Gpu| {
+        crate::device::power_mw(d, crate::device::PowerPreference::Instant)
     };
     let begin = Instant::now();
     let mut last = read(dev.as_ref())?;
