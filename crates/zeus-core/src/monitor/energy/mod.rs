@@ -245,7 +245,8 @@ pub struct InstantPower {
 
 impl InstantPower {
     /// Read the power of GPUs `indices` now (the driver's `average_power_usage`, which is what
-    /// the reference reads), timing the reads on the backend clock.
+    /// the reference reads, or the instant power on boards without it), timing the reads on the
+    /// backend clock.
     ///
     /// # Errors
     /// The first GPU error.
@@ -253,7 +254,11 @@ impl InstantPower {
         let t0 = gpus.now();
         let mut watts = Vec::with_capacity(indices.len());
         for &i in indices {
-            watts.push(gpus.device(i)?.average_power_usage()? as f64 / 1000.0);
+            let mw = crate::device::power_mw(
+                gpus.device(i)?.as_ref(),
+                crate::device::PowerPreference::Average,
+            )?;
+            watts.push(f64::from(mw) / 1000.0);
         }
         Ok(InstantPower {
             watts,
@@ -721,7 +726,9 @@ impl EnergyMonitor {
                 out[k] = self
                     .gpus
                     .device(i)
-                    .and_then(|d| d.instant_power_usage().or_else(|_| d.average_power_usage()))
+                    .and_then(|d| {
+                        crate::device::power_mw(d.as_ref(), crate::device::PowerPreference::Instant)
+                    })
                     .map_or(0.0, |mw| f64::from(mw) / 1000.0);
             }
         }
