@@ -636,3 +636,32 @@ def test_show_env_without_gpus_still_reports(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "GPUs: none available (" in out.stdout and "nope.so" in out.stdout
     assert "GPU backend:" not in out.stdout
+
+
+def test_the_power_is_whichever_reading_the_board_has(amd_lib: Path) -> None:
+    """`get_power_usage` (what the CLI and the demo show): the average where the board has
+    one (MI250X), else the instant power (MI300X has no average)."""
+    code = """
+import json
+import zeus.device
+from zeus.device.exception import ZeusGPUNotSupportedError
+g = zeus.device.get_gpus()
+out = {}
+for i in range(len(g)):
+    try:
+        avg = g.get_average_power_usage(i)
+    except ZeusGPUNotSupportedError:
+        avg = None
+    try:
+        inst = g.get_instant_power_usage(i)
+    except ZeusGPUNotSupportedError:
+        inst = None
+    out[i] = [avg, inst, g.get_power_usage(i)]
+print(json.dumps(out))
+"""
+    res = run_python(code, _amd(amd_lib, ZEUS_SIM_GPUS="MI300X,MI210", ZEUS_SIM_LOAD="busy"))
+    mi300x, mi210 = res["0"], res["1"]
+    assert mi300x[0] is None and mi300x[1] > 140_000, mi300x
+    assert abs(mi300x[2] - mi300x[1]) <= 0.05 * mi300x[1], mi300x
+    assert mi210[1] is None and mi210[0] > 40_000, mi210
+    assert abs(mi210[2] - mi210[0]) <= 0.05 * mi210[0], mi210

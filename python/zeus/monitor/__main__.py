@@ -227,7 +227,7 @@ def _energy(args: argparse.Namespace, out: TextIO, err: Console) -> None:
                 if live:
                     rows = {"elapsed (s)": f"{gpus.now() - start:.1f}"}
                     for i in monitor.gpu_indices:
-                        watts = gpus.get_average_power_usage(i) / 1000
+                        watts = gpus.get_power_usage(i) / 1000
                         rows[f"GPU{i} power (W)"] = f"{watts:.1f}"
                     view.update(_table("zeus.monitor energy (Ctrl-C to stop)", rows))
                 time.sleep(min(0.25, max(0.0, end - time.monotonic())))

@@ -264,6 +264,14 @@ impl PyGpus {
         self.with_device(py, gpu_index, |d| d.average_power_usage())
     }
 
+    /// The board's power, mW: the driver's average where it has one, else its instant power
+    /// (an MI300X has no average, an MI250X no instant power).
+    fn get_power_usage(&self, py: Python<'_>, gpu_index: usize) -> PyResult<u32> {
+        self.with_device(py, gpu_index, |d| {
+            crate::device::power_mw(d, crate::device::PowerPreference::Average)
+        })
+    }
+
     /// Instantaneous power, mW (`ZeusGPUNotSupportedError` where the device lacks it).
     fn get_instant_power_usage(&self, py: Python<'_>, gpu_index: usize) -> PyResult<u32> {
         self.with_device(py, gpu_index, |d| d.instant_power_usage())
