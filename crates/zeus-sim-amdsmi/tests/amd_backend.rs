@@ -22,18 +22,11 @@ static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn setup() -> Vec<Arc<dyn Gpu>> {
     SETUP.call_once(|| {
         std::env::set_var("ZEUS_AMDSMI_LIB", common::fake_lib());
-        std::env::set_var("ZEUS_SIM_GPUS", "MI300X,MI250X");
-        std::env::set_var("ZEUS_SIM_LOAD", "busy");
-        std::env::set_var("ZEUS_SIM_AMDSMI_THREAD_UNSAFE", "1");
-        for v in [
-            "ZEUS_SIM_CLOCK",
-            "ZEUS_SIM_PRIVILEGED",
-            "ZEUS_SIM_SHARED",
-            "ZEUS_SIM_AMDSMI_VERSION",
-            "ZEUS_SIM_AMD_HIP_ORDER",
-        ] {
-            std::env::remove_var(v);
-        }
+        common::sim_env(&[
+            ("ZEUS_SIM_GPUS", "MI300X,MI250X"),
+            ("ZEUS_SIM_LOAD", "busy"),
+            ("ZEUS_SIM_AMDSMI_THREAD_UNSAFE", "1"),
+        ]);
         // The same file the backend loads: the loader hands back the same library.
         // SAFETY: the simulated library's initialisers only set up Rust statics.
         let lib = unsafe { Library::new(common::fake_lib()) }.expect("load libamd_smi.so");

@@ -10,10 +10,12 @@ use zeus_core::device::amd;
 #[test]
 fn hip_order_and_no_serialization_on_a_thread_safe_library() {
     std::env::set_var("ZEUS_AMDSMI_LIB", common::fake_lib());
-    std::env::set_var("ZEUS_SIM_GPUS", "MI300X,MI210");
-    std::env::set_var("ZEUS_SIM_AMDSMI_VERSION", "26.2.0");
-    std::env::set_var("ZEUS_SIM_AMD_HIP_ORDER", "reversed");
-    std::env::set_var("ZEUS_SIM_AMDSMI_THREAD_UNSAFE", "1");
+    common::sim_env(&[
+        ("ZEUS_SIM_GPUS", "MI300X,MI210"),
+        ("ZEUS_SIM_AMDSMI_VERSION", "26.2.0"),
+        ("ZEUS_SIM_AMD_HIP_ORDER", "reversed"),
+        ("ZEUS_SIM_AMDSMI_THREAD_UNSAFE", "1"),
+    ]);
     let gpus = amd::open_all().unwrap();
     assert_eq!(amd::library_version().unwrap(), (26, 2, 0));
     assert!(!amd::needs_serializing((26, 2, 0)));

@@ -15,16 +15,11 @@ fn get<'a, T>(lib: &'a Library, name: &str) -> Symbol<'a, T> {
 /// One test, so that nothing else in this process can call the library first.
 #[test]
 fn amd_boards_only_in_reversed_hip_order_at_the_version_asked_for() {
-    std::env::set_var("ZEUS_SIM_GPUS", "A40,MI300X,H100,MI210");
-    std::env::set_var("ZEUS_SIM_AMD_HIP_ORDER", "reversed");
-    std::env::set_var("ZEUS_SIM_AMDSMI_VERSION", "25.5.1");
-    for v in [
-        "ZEUS_SIM_CLOCK",
-        "ZEUS_SIM_SHARED",
-        "ZEUS_SIM_AMDSMI_THREAD_UNSAFE",
-    ] {
-        std::env::remove_var(v);
-    }
+    common::sim_env(&[
+        ("ZEUS_SIM_GPUS", "A40,MI300X,H100,MI210"),
+        ("ZEUS_SIM_AMD_HIP_ORDER", "reversed"),
+        ("ZEUS_SIM_AMDSMI_VERSION", "25.5.1"),
+    ]);
     // SAFETY: the simulated library's initialisers only set up Rust statics; every symbol below
     // is named with its amdsmi.h signature.
     let lib = unsafe { Library::new(common::fake_lib()) }.expect("load libamd_smi.so");

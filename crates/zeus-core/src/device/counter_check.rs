@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
-use super::{
-    Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization, Vendor,
-};
+use super::adjusted::{Adjusted, Change};
+use super::{Clock, Gpu, Vendor};
 
 /// How long the check watches the counter, s.
 pub const CHECK_S: f64 = 0.5;
@@ -108,112 +107,10 @@ pub fn check_counters(
                 "GPU {i} ({name}): energy counter disabled, energy comes from integrating power \
                  instead: {why}"
             ));
-            out[i] = Arc::new(CounterOff {
-                inner: out[i].clone(),
-                why,
-            });
+            out[i] = Arc::new(Adjusted::new(out[i].clone(), Change::CounterOff(why)));
         }
     }
     (out, notes)
-}
-
-/// A device whose counter failed the check: everything but the counter passes through.
-pub struct CounterOff {
-    inner: Arc<dyn Gpu>,
-    why: String,
-}
-
-impl Gpu for CounterOff {
-    fn name(&self) -> GpuResult<String> {
-        self.inner.name()
-    }
-    fn vendor(&self) -> Vendor {
-        self.inner.vendor()
-    }
-    fn uuid(&self) -> GpuResult<String> {
-        self.inner.uuid()
-    }
-    fn architecture(&self) -> GpuResult<Architecture> {
-        self.inner.architecture()
-    }
-    fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
-        self.inner.power_management_limit_constraints()
-    }
-    fn power_management_limit_default(&self) -> GpuResult<u32> {
-        self.inner.power_management_limit_default()
-    }
-    fn power_management_limit(&self) -> GpuResult<u32> {
-        self.inner.power_management_limit()
-    }
-    fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
-        self.inner.set_power_management_limit(milliwatts)
-    }
-    fn reset_power_management_limit(&self) -> GpuResult<()> {
-        self.inner.reset_power_management_limit()
-    }
-    fn persistence_mode(&self) -> GpuResult<bool> {
-        self.inner.persistence_mode()
-    }
-    fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
-        self.inner.set_persistence_mode(enabled)
-    }
-    fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>> {
-        self.inner.supported_memory_clocks()
-    }
-    fn supported_graphics_clocks(&self, memory_clock_mhz: u32) -> GpuResult<Vec<u32>> {
-        self.inner.supported_graphics_clocks(memory_clock_mhz)
-    }
-    fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.inner.set_gpu_locked_clocks(min_mhz, max_mhz)
-    }
-    fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
-        self.inner.reset_gpu_locked_clocks()
-    }
-    fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.inner.set_memory_locked_clocks(min_mhz, max_mhz)
-    }
-    fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
-        self.inner.reset_memory_locked_clocks()
-    }
-    fn average_power_usage(&self) -> GpuResult<u32> {
-        self.inner.average_power_usage()
-    }
-    fn instant_power_usage(&self) -> GpuResult<u32> {
-        self.inner.instant_power_usage()
-    }
-    fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
-        Ok(false)
-    }
-    fn total_energy_consumption(&self) -> GpuResult<u64> {
-        Err(GpuError::NotSupported(format!(
-            "energy counter disabled at start: {}",
-            self.why
-        )))
-    }
-    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
-        self.inner.power_sample(instant)
-    }
-    fn power_update_period(&self) -> Option<f64> {
-        self.inner.power_update_period()
-    }
-    fn counter_lag(&self) -> Option<f64> {
-        self.inner.counter_lag()
-    }
-    fn pci_bus_id(&self) -> GpuResult<String> {
-        self.inner.pci_bus_id()
-    }
-    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
-        self.inner.current_clocks_mhz()
-    }
-    fn temperature_c(&self) -> GpuResult<u32> {
-        self.inner.temperature_c()
-    }
-    fn memory_info(&self) -> GpuResult<MemoryInfo> {
-        self.inner.memory_info()
-    }
-    fn utilization_rates(&self) -> GpuResult<Utilization> {
-        self.inner.utilization_rates()
-    }
 }
 
 #[cfg(test)]

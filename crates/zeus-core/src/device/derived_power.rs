@@ -9,9 +9,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{
-    Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization, Vendor,
-};
+use super::adjusted::{Adjusted, Change};
+use super::{Clock, Gpu, GpuError, GpuResult};
 
 /// The shortest stretch a derived reading covers, s: long enough that the counter's 1 ms
 /// updates and its mJ steps are a small part of it, short enough to follow a training step.
@@ -24,7 +23,8 @@ pub fn is_powerless(gpu: &dyn Gpu) -> bool {
         && matches!(gpu.supports_total_energy_consumption(), Ok(true))
 }
 
-/// Wrap every device that [`is_powerless`] in [`CounterPower`]; `notes` gets a line for each.
+/// Give every device that [`is_powerless`] a derived power ([`Change::PowerFromCounter`]);
+/// `notes` gets a line for each.
 pub fn wrap_powerless(
     devices: Vec<Arc<dyn Gpu>>,
     clock: Arc<dyn Clock>,
@@ -43,14 +43,14 @@ pub fn wrap_powerless(
                  (over {:.0} ms stretches), and the counter cannot be checked against power",
                 MIN_SPAN_S * 1000.0
             ));
-            Arc::new(CounterPower::new(d, clock.clone())) as Arc<dyn Gpu>
+            let change = Change::PowerFromCounter(DerivedPower::new(clock.clone()));
+            Arc::new(Adjusted::new(d, change)) as Arc<dyn Gpu>
         })
         .collect()
 }
 
-/// A device whose "average power" is derived from its counter.
-pub struct CounterPower {
-    inner: Arc<dyn Gpu>,
+/// The derivation's state: where the last stretch ended, and what it gave.
+pub struct DerivedPower {
     clock: Arc<dyn Clock>,
     last: Mutex<Option<Derivation>>,
 }
@@ -64,21 +64,22 @@ struct Derivation {
     mw: Option<u32>,
 }
 
-impl CounterPower {
-    pub fn new(inner: Arc<dyn Gpu>, clock: Arc<dyn Clock>) -> CounterPower {
-        CounterPower {
-            inner,
+impl DerivedPower {
+    pub fn new(clock: Arc<dyn Clock>) -> DerivedPower {
+        DerivedPower {
             clock,
             last: Mutex::new(None),
         }
     }
 
-    fn derived_mw(&self) -> GpuResult<u32> {
+    /// `gpu`'s power now (mW): its counter's energy over the stretch since the last
+    /// derivation, once that is at least [`MIN_SPAN_S`] long (the first call waits it out).
+    pub fn milliwatts(&self, gpu: &dyn Gpu) -> GpuResult<u32> {
         // At most: a first read, a wait for the stretch, the reading.
         for _ in 0..3 {
             let wait = {
                 let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-                let e = self.inner.total_energy_consumption()?;
+                let e = gpu.total_energy_consumption()?;
                 let t = self.clock.now();
                 match *last {
                     None => {
@@ -123,113 +124,6 @@ impl CounterPower {
         Err(GpuError::Unknown(
             "derived power: the clock did not move past the first counter read".into(),
         ))
-    }
-}
-
-impl Gpu for CounterPower {
-    fn name(&self) -> GpuResult<String> {
-        self.inner.name()
-    }
-    fn vendor(&self) -> Vendor {
-        self.inner.vendor()
-    }
-    fn uuid(&self) -> GpuResult<String> {
-        self.inner.uuid()
-    }
-    fn architecture(&self) -> GpuResult<Architecture> {
-        self.inner.architecture()
-    }
-    fn power_management_limit_constraints(&self) -> GpuResult<(u32, u32)> {
-        self.inner.power_management_limit_constraints()
-    }
-    fn power_management_limit_default(&self) -> GpuResult<u32> {
-        self.inner.power_management_limit_default()
-    }
-    fn power_management_limit(&self) -> GpuResult<u32> {
-        self.inner.power_management_limit()
-    }
-    fn set_power_management_limit(&self, milliwatts: u32) -> GpuResult<()> {
-        self.inner.set_power_management_limit(milliwatts)
-    }
-    fn reset_power_management_limit(&self) -> GpuResult<()> {
-        self.inner.reset_power_management_limit()
-    }
-    fn persistence_mode(&self) -> GpuResult<bool> {
-        self.inner.persistence_mode()
-    }
-    fn set_persistence_mode(&self, enabled: bool) -> GpuResult<()> {
-        self.inner.set_persistence_mode(enabled)
-    }
-    fn supported_memory_clocks(&self) -> GpuResult<Vec<u32>> {
-        self.inner.supported_memory_clocks()
-    }
-    fn supported_graphics_clocks(&self, memory_clock_mhz: u32) -> GpuResult<Vec<u32>> {
-        self.inner.supported_graphics_clocks(memory_clock_mhz)
-    }
-    fn set_gpu_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.inner.set_gpu_locked_clocks(min_mhz, max_mhz)
-    }
-    fn reset_gpu_locked_clocks(&self) -> GpuResult<()> {
-        self.inner.reset_gpu_locked_clocks()
-    }
-    fn set_memory_locked_clocks(&self, min_mhz: u32, max_mhz: u32) -> GpuResult<()> {
-        self.inner.set_memory_locked_clocks(min_mhz, max_mhz)
-    }
-    fn reset_memory_locked_clocks(&self) -> GpuResult<()> {
-        self.inner.reset_memory_locked_clocks()
-    }
-    fn average_power_usage(&self) -> GpuResult<u32> {
-        self.derived_mw()
-    }
-    fn instant_power_usage(&self) -> GpuResult<u32> {
-        Err(GpuError::NotSupported(
-            "instant power: this board reports none (its power is derived from the counter)".into(),
-        ))
-    }
-    fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
-        if instant {
-            return self.instant_power_usage().map(|milliwatts| PowerSample {
-                milliwatts,
-                timestamp: None,
-            });
-        }
-        Ok(PowerSample {
-            milliwatts: self.derived_mw()?,
-            timestamp: None,
-        })
-    }
-    fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
-        self.inner.supports_total_energy_consumption()
-    }
-    fn total_energy_consumption(&self) -> GpuResult<u64> {
-        self.inner.total_energy_consumption()
-    }
-    fn counter_is_exact(&self) -> Option<bool> {
-        self.inner.counter_is_exact()
-    }
-    fn counter_lag(&self) -> Option<f64> {
-        self.inner.counter_lag()
-    }
-    fn power_from_counter(&self) -> bool {
-        true
-    }
-    fn power_update_period(&self) -> Option<f64> {
-        Some(MIN_SPAN_S)
-    }
-    fn pci_bus_id(&self) -> GpuResult<String> {
-        self.inner.pci_bus_id()
-    }
-    fn current_clocks_mhz(&self) -> GpuResult<(u32, u32)> {
-        self.inner.current_clocks_mhz()
-    }
-    fn temperature_c(&self) -> GpuResult<u32> {
-        self.inner.temperature_c()
-    }
-    fn memory_info(&self) -> GpuResult<MemoryInfo> {
-        self.inner.memory_info()
-    }
-    fn utilization_rates(&self) -> GpuResult<Utilization> {
-        self.inner.utilization_rates()
     }
 }
 

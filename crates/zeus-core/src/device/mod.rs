@@ -12,6 +12,7 @@
 //!
 //! AMD counters are checked against power when the devices are opened ([`counter_check`]).
 
+pub mod adjusted;
 pub mod amd;
 pub mod counter_check;
 pub mod cpu;

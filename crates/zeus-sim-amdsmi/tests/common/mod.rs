@@ -19,3 +19,26 @@ pub fn fake_lib() -> PathBuf {
         .cloned()
         .unwrap_or_else(|| panic!("libamd_smi.so was not built: none of {candidates:?}"))
 }
+
+/// The simulator's configuration for this test process: exactly the `ZEUS_SIM_*` variables
+/// given (name, value), every other one the library reads unset, so that the caller's
+/// environment cannot change what a test sees.
+// Each test binary compiles this module; the one that only checks exports does not need it.
+#[allow(dead_code)]
+pub fn sim_env(set: &[(&str, &str)]) {
+    for v in [
+        "ZEUS_SIM_GPUS",
+        "ZEUS_SIM_LOAD",
+        "ZEUS_SIM_CLOCK",
+        "ZEUS_SIM_PRIVILEGED",
+        "ZEUS_SIM_SHARED",
+        "ZEUS_SIM_AMDSMI_VERSION",
+        "ZEUS_SIM_AMD_HIP_ORDER",
+        "ZEUS_SIM_AMDSMI_THREAD_UNSAFE",
+    ] {
+        std::env::remove_var(v);
+    }
+    for (k, v) in set {
+        std::env::set_var(k, v);
+    }
+}

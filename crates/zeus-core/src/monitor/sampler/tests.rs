@@ -359,19 +359,30 @@ pub(crate) struct Harness {
 
 impl Harness {
     pub fn new(spec: BoardSpec, seed: u64, starve: bool) -> Harness {
+        let board = BoardKnobs {
+            power_period_s: Some(spec.power_ms / 1000.0),
+            counter_period_s: Some(spec.counter_ms / 1000.0),
+            counter_lag_s: Some(spec.lag_ms / 1000.0),
+            power_noise: Some(spec.noise),
+            instant_power: Some(spec.instant),
+            average_window_s: Some(spec.average_ms / 1000.0),
+            counter_resolution_mj: Some(spec.resolution_mj),
+            ..BoardKnobs::default()
+        };
+        Harness::of("H100", board, seed, starve)
+    }
+
+    /// One simulated AMD board (`key`: MI300X, MI210, ...) with `board`'s quirks, on the
+    /// virtual clock.
+    pub fn amd(key: &str, board: BoardKnobs, seed: u64) -> Harness {
+        Harness::of(key, board, seed, false)
+    }
+
+    fn of(key: &str, board: BoardKnobs, seed: u64, starve: bool) -> Harness {
         let c = SimCluster::new(SimConfig {
-            presets: vec![preset::find("H100").unwrap()],
+            presets: vec![preset::find(key).unwrap()],
             virtual_clock: true,
-            board: BoardKnobs {
-                power_period_s: Some(spec.power_ms / 1000.0),
-                counter_period_s: Some(spec.counter_ms / 1000.0),
-                counter_lag_s: Some(spec.lag_ms / 1000.0),
-                power_noise: Some(spec.noise),
-                instant_power: Some(spec.instant),
-                average_window_s: Some(spec.average_ms / 1000.0),
-                counter_resolution_mj: Some(spec.resolution_mj),
-                ..BoardKnobs::default()
-            },
+            board,
             // Reproducible: the same phases, the same run, for the same seed.
             virtual_origin: Some(1_800_000_000.0 + seed as f64 * 0.0137),
             ..SimConfig::default()
@@ -385,28 +396,6 @@ impl Harness {
             w,
             rng: Pcg64::seed_from_u64(seed),
             starve,
-        }
-    }
-
-    /// One simulated AMD board (`key`: MI300X, MI210, ...) with `board`'s quirks, on the
-    /// virtual clock.
-    pub fn amd(key: &str, board: BoardKnobs, seed: u64) -> Harness {
-        let c = SimCluster::new(SimConfig {
-            presets: vec![preset::find(key).unwrap()],
-            virtual_clock: true,
-            board,
-            virtual_origin: Some(1_800_000_000.0 + seed as f64 * 0.0137),
-            ..SimConfig::default()
-        });
-        let dev = c.devices()[0].clone();
-        dev.set_virtual_call_time(true);
-        let w = watch(&c);
-        Harness {
-            c,
-            dev,
-            w,
-            rng: Pcg64::seed_from_u64(seed),
-            starve: false,
         }
     }
 
