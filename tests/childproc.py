@@ -1,6 +1,6 @@
 """Child processes of tests: Python snippets run in a fresh interpreter, finishing a child
-whose stdout a test has already read from, and the address a `zeus-monitor serve` child
-listens on."""
+whose stdout a test has already read from, stopping one, and the address a `zeus-monitor
+serve` child listens on."""
 
 from __future__ import annotations
 
@@ -124,3 +124,16 @@ def run_ranks(code: str, env: dict[str, str], world_size: int = 2, timeout: floa
         [line] = [x for x in out.splitlines() if x.startswith("RESULT ")]
         results.append(json.loads(line[len("RESULT ") :]))
     return results
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 20.0) -> int:
+    """SIGTERM `proc` and wait for it (SIGKILL it if it has not ended in `timeout` s); its exit
+    code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode

@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 import pytest
+from childproc import stop
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_STATE = "sim.state"
@@ -106,27 +108,30 @@ def running_zeusd(
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         daemon = Daemon(proc, client_env, http, state_dir, log_path)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"zeusd exited ({proc.returncode}):\n{daemon.log()}")
-                try:
-                    if http.get("/discover").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    pytest.fail(f"zeusd did not answer within 20 s:\n{daemon.log()}")
-                time.sleep(0.05)
+            wait_answering(proc, http, daemon.log, 20)
             yield daemon
         finally:
             http.close()
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc, 10)
+
+
+def wait_answering(
+    proc: subprocess.Popen[Any], http: httpx.Client, log: Callable[[], str], seconds: float
+) -> None:
+    """Wait until zeusd (`proc`, reached through `http`) answers `/discover`; fail the test
+    with its output (`log()`) if it exits or has not answered within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"zeusd exited ({proc.returncode}):\n{log()}")
+        try:
+            if http.get("/discover").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"zeusd did not answer within {seconds} s:\n{log()}")
+        time.sleep(0.05)
 
 
 def issue_token(key: Path, scope: str, user: str = "alice") -> str:

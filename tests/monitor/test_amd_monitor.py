@@ -38,7 +38,8 @@ from typing import Any, Callable
 
 import httpx
 import pytest
-from childproc import finish, run_python
+from childproc import finish, run_python, stop
+from zeusd_daemon import wait_answering
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO / "python"
@@ -107,18 +108,6 @@ def wait_until(what: str, ready: Callable[[], Any], timeout: float = 30.0) -> An
         time.sleep(0.02)
 
 
-def stop(proc: subprocess.Popen[Any]) -> int:
-    """SIGTERM `proc` and wait for it (kill it if it does not end); its exit code."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
-
-
 @contextmanager
 def running_exporter(env: dict[str, str], log: Path) -> Iterator[str]:
     """`zeus-monitor serve` on a free loopback port with `env`, its stderr in `log`; yields
@@ -169,16 +158,7 @@ def running_zeusd(env: dict[str, str], tmp_path: Path, log: Path) -> Iterator[ht
         transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://zeusd", timeout=10
     )
     try:
-
-        def answers() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"zeusd exited ({proc.returncode}):\n{log.read_text()}")
-            try:
-                return http.get("/discover").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_until("zeusd to answer /discover", answers)
+        wait_answering(proc, http, log.read_text, 30)
         yield http
     finally:
         http.close()

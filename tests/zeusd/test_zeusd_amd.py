@@ -33,9 +33,9 @@ from typing import Any, Callable
 import httpx
 import pytest
 import zeus.device.sim
-from childproc import finish
+from childproc import finish, stop
 from zeus import _core
-from zeusd_daemon import zeusd_bin
+from zeusd_daemon import wait_answering, zeusd_bin
 
 REPO = Path(__file__).resolve().parents[2]
 OTHER_PYTHON = "/usr/bin/python3"  # one another user can run (pyenv's lives under /root)
@@ -220,27 +220,11 @@ def running_daemon(
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
     daemon = AmdDaemon(proc, http, sock, state_dir, log_path, backend, work, fidelity)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"zeusd exited ({proc.returncode}):\n{daemon.log()}")
-            try:
-                if http.get("/discover").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"zeusd did not answer within 60 s:\n{daemon.log()}")
-            time.sleep(0.05)
+        wait_answering(proc, http, daemon.log, 60)
         yield daemon
     finally:
         http.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @pytest.fixture
