@@ -823,3 +823,30 @@ def test_the_power_logger_logs_an_mi300x_which_has_no_average_power(
     assert len(watts) >= 5, rows
     # Busy at the default 750 W cap: well above the 140 W idle.
     assert all(300 < w <= 750 for w in watts), watts
+
+
+def test_short_windows_are_judged_by_the_boards_own_update_period(amd_lib: Path) -> None:
+    """AMD SMI does not say how often its counter updates; once the sampler has timed it (about
+    a millisecond), a 30 ms window is not "shorter than the counter's update period" (it was,
+    against NVIDIA's 100 ms default)."""
+    code = """
+import json, time, warnings
+from zeus.monitor import ZeusMonitor
+m = ZeusMonitor(gpu_indices=[0])
+deadline = time.monotonic() + 30
+while True:
+    m.begin_window("calibrate")
+    time.sleep(0.05)
+    p = m.end_window("calibrate").gpu_energy_provenance[0]
+    if p.update_period is not None and p.update_period < 0.01 or time.monotonic() > deadline:
+        break
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    m.begin_window("short")
+    time.sleep(0.03)
+    m.end_window("short")
+print(json.dumps({"period": p.update_period, "warnings": [str(w.message) for w in caught]}))
+"""
+    res = run_python(code, face_env("amd", amd_lib, "MI300X", ZEUS_SIM_LOAD="busy"))
+    assert res["period"] < 0.01, res
+    assert not [w for w in res["warnings"] if "shorter than" in w], res

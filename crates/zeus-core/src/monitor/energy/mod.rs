@@ -1070,10 +1070,12 @@ impl EnergyMonitor {
         self.mode_warnings(&mut warnings);
         // A cut's slices are short on purpose (a serving step lasts 20-40 ms): whoever cuts
         // gets each slice's bound instead.
+        // The backend's periods first (no lock): most windows are longer than those.
         if self.warn_short
             && !reopen
-            && time < self.slowest_counter_period()
+            && time < self.counter_period.iter().copied().fold(0.0, f64::max)
             && !self.warned_short.contains(key)
+            && time < self.slowest_counter_period()
         {
             self.warned_short.insert(key.to_owned());
             warnings.push(format!(
@@ -1332,8 +1334,22 @@ impl EnergyMonitor {
 
     /// The update period that bounds how short a window can be measured: the slowest counter
     /// among the monitored GPUs.
+    /// The slowest counter update period among the monitored GPUs: the sampler's calibrated
+    /// one where it has it (the backend may not say: AMD SMI does not, and its boards update
+    /// every millisecond or so), else the backend's or the 100 ms default.
     fn slowest_counter_period(&self) -> f64 {
-        self.counter_period.iter().copied().fold(0.0, f64::max)
+        (0..self.indices.len())
+            .map(|k| {
+                self.watched(k)
+                    .and_then(|w| {
+                        w.with_track(|t| {
+                            let s = t.schedule();
+                            s.fitted.then_some(s.grid.period)
+                        })
+                    })
+                    .unwrap_or(self.counter_period[k])
+            })
+            .fold(0.0, f64::max)
     }
 
     fn cross_check(
