@@ -195,31 +195,12 @@ def test_hf_callback_on_mi300x(
     tmp_path: Path, sim_gpus: Callable[..., Any], set_calls: list[tuple[int, int]]
 ) -> None:
     """`HFGlobalPowerLimitOptimizer` inside a real `transformers.Trainer` (CPU, a tiny model)."""
-    torch = pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    # The Trainer pieces of the NVIDIA test: a tiny dataset, and a callback that runs a little
+    # work on the simulated board each step.
+    from test_plo_hf import AdvanceSimulator, TinyDataset
     from zeus.optimizer import HFGlobalPowerLimitOptimizer
-
-    class TinyDataset(torch.utils.data.Dataset):
-        def __init__(self, n: int) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.ids = torch.randint(1, 50, (n, 8), generator=g)
-            self.labels = (self.ids.sum(dim=1) % 2).long()
-
-        def __len__(self) -> int:
-            return len(self.ids)
-
-        def __getitem__(self, i: int) -> dict:
-            return {
-                "input_ids": self.ids[i],
-                "attention_mask": torch.ones(8, dtype=torch.long),
-                "labels": self.labels[i],
-            }
-
-    class RunOnTheBoard(transformers.TrainerCallback):
-        """Each training step does a little work on the simulated MI300X."""
-
-        def on_step_end(self, args, state, control, **kwargs):
-            zeus.device.sim.run(0.01)
 
     gpus = sim_gpus("MI300X")
     points = zeus.device.sim.workload_points(0)
@@ -255,7 +236,7 @@ def test_hf_callback_on_mi300x(
         model=transformers.BertForSequenceClassification(config),
         args=args,
         train_dataset=TinyDataset(24),  # 12 steps per epoch
-        callbacks=[RunOnTheBoard(), plo_cb],
+        callbacks=[AdvanceSimulator(), plo_cb],
     )
     trainer.train()
 

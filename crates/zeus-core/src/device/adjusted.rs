@@ -103,18 +103,10 @@ impl Gpu for Adjusted {
         }
     }
     fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
-        if self.derived().is_none() {
-            return self.inner.power_sample(instant);
+        match self.derived() {
+            None => self.inner.power_sample(instant),
+            Some(_) => super::untimed_sample(self, instant),
         }
-        let milliwatts = if instant {
-            self.instant_power_usage()?
-        } else {
-            self.average_power_usage()?
-        };
-        Ok(PowerSample {
-            milliwatts,
-            timestamp: None,
-        })
     }
     fn supports_total_energy_consumption(&self) -> GpuResult<bool> {
         match &self.change {

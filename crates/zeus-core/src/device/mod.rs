@@ -141,15 +141,7 @@ pub trait Gpu: Send + Sync {
     /// whether it moves with the value's updates or with the calls depends on the driver, and
     /// the sampler finds out). The default reads the plain value, without a time.
     fn power_sample(&self, instant: bool) -> GpuResult<PowerSample> {
-        let milliwatts = if instant {
-            self.instant_power_usage()?
-        } else {
-            self.average_power_usage()?
-        };
-        Ok(PowerSample {
-            milliwatts,
-            timestamp: None,
-        })
+        untimed_sample(self, instant)
     }
     /// Whether the energy counter is exact at every read (it counts continuously, as the ideal
     /// simulated GPU's does), if the backend knows; `None` means "find out by reading it".
@@ -204,6 +196,20 @@ pub trait Gpu: Send + Sync {
             "utilization: not supported by this backend".into(),
         ))
     }
+}
+
+/// A power reading without a time: what [`Gpu::power_sample`] gives where the driver does not
+/// say when its reading was made.
+pub fn untimed_sample(gpu: &(impl Gpu + ?Sized), instant: bool) -> GpuResult<PowerSample> {
+    let milliwatts = if instant {
+        gpu.instant_power_usage()?
+    } else {
+        gpu.average_power_usage()?
+    };
+    Ok(PowerSample {
+        milliwatts,
+        timestamp: None,
+    })
 }
 
 /// Which power reading a caller wants where a board has both.
