@@ -51,9 +51,12 @@ OVERLAP_MESSAGE = "overlapping amdsmi calls"
 
 # The acceptance rule: a window's GPU energy within 1% of the truth from 1 s on, 3% below.
 LONG_S, LONG_RULE, SHORT_RULE = 1.0, 0.01, 0.03
-# The bound is a ~95% bound: about one window in twenty may miss it by design, so a scenario
-# may have one window past it, and none past 1.5x it (a 3-sigma miss), as in test_faults.py.
-BOUND_MISSES_ALLOWED, BOUND_SLACK = 1, 1.5
+# The bound is a ~95% bound: about one window in twenty may miss it by design. A scenario has
+# up to 24 (window, GPU) pairs; were each bound exactly 95%, two or more misses would happen in
+# a third of the runs and one past 1.5x (2.9 sigma) in one run in twelve. So: at most 15% of
+# the pairs past their bound (five or more of 24 happens in 0.7% of runs at 95%) and none past
+# 2x (3.9 sigma: 0.2% of runs). A bound that is systematically low still fails.
+BOUND_MISS_SHARE, BOUND_SLACK = 0.15, 2.0
 
 # --- Environments and processes -----------------------------------------------------------------
 
@@ -332,9 +335,11 @@ WINDOWS = [
 
 def window_misses(windows: list[dict], gpus: list[str]) -> list[str]:
     """What in `windows` breaks the acceptance: a GPU with energy past the rule (1% from 1 s,
-    else 3%), more than one past its bound or one past 1.5x it; a GPU with no true energy (an
-    MI250X's odd die) that reports any beyond its bound."""
+    else 3%), more than `BOUND_MISS_SHARE` of the pairs past their bound (at least one allowed)
+    or one past `BOUND_SLACK` times it; a GPU with no true energy (an MI250X's odd die) that
+    reports any beyond its bound."""
     misses, past_bound = [], []
+    pairs = 0
     for k, w in enumerate(windows):
         for g in gpus:
             f = w["gpus"][g]
@@ -344,6 +349,7 @@ def window_misses(windows: list[dict], gpus: list[str]) -> list[str]:
                 if err > f["bound"] + 1e-9:
                     misses.append(f"{where}: energy on a die that draws none")
                 continue
+            pairs += 1
             rule = LONG_RULE if f["time"] >= LONG_S else SHORT_RULE
             if err > rule * f["truth"]:
                 misses.append(f"{where}: {100 * err / f['truth']:.2f}% off, rule {rule:.0%}")
@@ -351,7 +357,7 @@ def window_misses(windows: list[dict], gpus: list[str]) -> list[str]:
                 misses.append(f"{where}: past {BOUND_SLACK}x its bound")
             elif err > f["bound"]:
                 past_bound.append(where)
-    if len(past_bound) > BOUND_MISSES_ALLOWED:
+    if len(past_bound) > max(1, int(BOUND_MISS_SHARE * pairs)):
         misses += [f"{w}: past its bound" for w in past_bound]
     return misses
 

@@ -1342,9 +1342,17 @@ impl EnergyMonitor {
             .map(|k| {
                 self.watched(k)
                     .and_then(|w| {
+                        // The counter's fitted grid; else, where the backend says the counter
+                        // updates with the power readings (AMD), their period once the sampler
+                        // has locked on it.
+                        let shared = w.gpu().counter_lag().is_some();
                         w.with_track(|t| {
                             let s = t.schedule();
-                            s.fitted.then_some(s.grid.period)
+                            if s.fitted {
+                                Some(s.grid.period)
+                            } else {
+                                (shared && t.is_locked()).then(|| t.period())
+                            }
                         })
                     })
                     .unwrap_or(self.counter_period[k])

@@ -172,8 +172,13 @@ impl Watched {
         let instant = !matches!(gpu.instant_power_usage(), Err(GpuError::NotSupported(_)));
         let period = gpu.power_update_period();
         let mut track = Track::new(now, period);
-        track.set_average_only(!instant);
-        if let Some(lag) = gpu.counter_lag() {
+        // An averaged reading lags load steps by an unknown window, which the track learns; but
+        // where the backend states the counter's lag (AMD: counter and power are one metrics
+        // table, refreshed together every millisecond or so) the reading is of the same moment
+        // as the counter, and is taken as such.
+        let lag = gpu.counter_lag();
+        track.set_average_only(!instant && lag.is_none());
+        if let Some(lag) = lag {
             track.set_known_lag(lag);
         }
         if let Ok((_, max_mw)) = gpu.power_management_limit_constraints() {
