@@ -5,8 +5,36 @@
 
 use std::sync::Arc;
 
-use super::derived_power::DerivedPower;
-use super::{Architecture, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization, Vendor};
+use super::derived_power::{is_powerless, DerivedPower, MIN_SPAN_S};
+use super::{
+    Architecture, Clock, Gpu, GpuError, GpuResult, MemoryInfo, PowerSample, Utilization, Vendor,
+};
+
+/// Give every device that [`is_powerless`] a derived power ([`Change::PowerFromCounter`]);
+/// `notes` gets a line for each.
+pub fn wrap_powerless(
+    devices: Vec<Arc<dyn Gpu>>,
+    clock: Arc<dyn Clock>,
+    notes: &mut Vec<String>,
+) -> Vec<Arc<dyn Gpu>> {
+    devices
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if !is_powerless(d.as_ref()) {
+                return d;
+            }
+            let name = d.name().unwrap_or_else(|_| "?".into());
+            notes.push(format!(
+                "GPU {i} ({name}) reports no power: its power is derived from its energy counter \
+                 (over {:.0} ms stretches), and the counter cannot be checked against power",
+                MIN_SPAN_S * 1000.0
+            ));
+            let change = Change::PowerFromCounter(DerivedPower::new(clock.clone()));
+            Arc::new(Adjusted::new(d, change)) as Arc<dyn Gpu>
+        })
+        .collect()
+}
 
 /// What the checks changed.
 pub enum Change {
@@ -133,7 +161,7 @@ impl Gpu for Adjusted {
     }
     fn power_update_period(&self) -> Option<f64> {
         match self.derived() {
-            Some(_) => Some(super::derived_power::MIN_SPAN_S),
+            Some(_) => Some(MIN_SPAN_S),
             None => self.inner.power_update_period(),
         }
     }
@@ -151,5 +179,50 @@ impl Gpu for Adjusted {
     }
     fn utilization_rates(&self) -> GpuResult<Utilization> {
         self.inner.utilization_rates()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::sim::{preset, BoardKnobs, Fidelity, Load, SimCluster, SimConfig};
+
+    #[test]
+    fn a_board_without_power_gets_it_from_its_counter() {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("MI300X").unwrap()],
+            load: Load::Busy,
+            fidelity: Fidelity::Real,
+            board: BoardKnobs {
+                instant_power: Some(false),
+                ..BoardKnobs::default()
+            },
+            ..SimConfig::default()
+        });
+        let mut notes = Vec::new();
+        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
+        assert!(notes[0].contains("reports no power"), "{notes:?}");
+        let truth = c.devices()[0].true_power_w();
+        let mw = devs[0].average_power_usage().unwrap();
+        // The counter's 1 ms updates over a >= 5 ms stretch: within a fifth.
+        let w = f64::from(mw) / 1000.0;
+        assert!((w - truth).abs() < 0.2 * truth, "{w} W vs {truth} W");
+        assert!(devs[0].instant_power_usage().is_err());
+        assert_eq!(devs[0].power_update_period(), Some(MIN_SPAN_S));
+    }
+
+    #[test]
+    fn boards_with_power_are_left_alone() {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![
+                preset::find("MI300X").unwrap(),
+                preset::find("A40").unwrap(),
+            ],
+            ..SimConfig::default()
+        });
+        let mut notes = Vec::new();
+        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
+        assert!(notes.is_empty());
+        assert!(devs[0].instant_power_usage().is_ok());
     }
 }

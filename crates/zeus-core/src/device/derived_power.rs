@@ -3,13 +3,12 @@
 //!
 //! Power derived from counter deltas matches off-chip meters and responds faster than AMD's
 //! reported power (arXiv 2604.06056, on MI250X and MI300A), so where the board gives no power
-//! reading the wrapper makes one: the counter's energy over the stretch since the previous
+//! reading zeus makes one (`adjusted.rs` applies it): the counter's energy over the stretch since the previous
 //! derivation, at least [`MIN_SPAN_S`] long, as the "average power" reading. Everything that
 //! needs power (the sampler's model, `PowerMonitor`, the optimizers) then works unchanged.
 
 use std::sync::{Arc, Mutex};
 
-use super::adjusted::{Adjusted, Change};
 use super::{Clock, Gpu, GpuError, GpuResult};
 
 /// The shortest stretch a derived reading covers, s: long enough that the counter's 1 ms
@@ -21,32 +20,6 @@ pub fn is_powerless(gpu: &dyn Gpu) -> bool {
     matches!(gpu.instant_power_usage(), Err(GpuError::NotSupported(_)))
         && matches!(gpu.average_power_usage(), Err(GpuError::NotSupported(_)))
         && matches!(gpu.supports_total_energy_consumption(), Ok(true))
-}
-
-/// Give every device that [`is_powerless`] a derived power ([`Change::PowerFromCounter`]);
-/// `notes` gets a line for each.
-pub fn wrap_powerless(
-    devices: Vec<Arc<dyn Gpu>>,
-    clock: Arc<dyn Clock>,
-    notes: &mut Vec<String>,
-) -> Vec<Arc<dyn Gpu>> {
-    devices
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            if !is_powerless(d.as_ref()) {
-                return d;
-            }
-            let name = d.name().unwrap_or_else(|_| "?".into());
-            notes.push(format!(
-                "GPU {i} ({name}) reports no power: its power is derived from its energy counter \
-                 (over {:.0} ms stretches), and the counter cannot be checked against power",
-                MIN_SPAN_S * 1000.0
-            ));
-            let change = Change::PowerFromCounter(DerivedPower::new(clock.clone()));
-            Arc::new(Adjusted::new(d, change)) as Arc<dyn Gpu>
-        })
-        .collect()
 }
 
 /// The derivation's state: where the last stretch ended, and what it gave.
@@ -124,50 +97,5 @@ impl DerivedPower {
         Err(GpuError::Unknown(
             "derived power: the clock did not move past the first counter read".into(),
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::sim::{preset, BoardKnobs, Fidelity, Load, SimCluster, SimConfig};
-
-    #[test]
-    fn a_board_without_power_gets_it_from_its_counter() {
-        let c = SimCluster::new(SimConfig {
-            presets: vec![preset::find("MI300X").unwrap()],
-            load: Load::Busy,
-            fidelity: Fidelity::Real,
-            board: BoardKnobs {
-                instant_power: Some(false),
-                ..BoardKnobs::default()
-            },
-            ..SimConfig::default()
-        });
-        let mut notes = Vec::new();
-        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
-        assert!(notes[0].contains("reports no power"), "{notes:?}");
-        let truth = c.devices()[0].true_power_w();
-        let mw = devs[0].average_power_usage().unwrap();
-        // The counter's 1 ms updates over a >= 5 ms stretch: within a fifth.
-        let w = f64::from(mw) / 1000.0;
-        assert!((w - truth).abs() < 0.2 * truth, "{w} W vs {truth} W");
-        assert!(devs[0].instant_power_usage().is_err());
-        assert_eq!(devs[0].power_update_period(), Some(MIN_SPAN_S));
-    }
-
-    #[test]
-    fn boards_with_power_are_left_alone() {
-        let c = SimCluster::new(SimConfig {
-            presets: vec![
-                preset::find("MI300X").unwrap(),
-                preset::find("A40").unwrap(),
-            ],
-            ..SimConfig::default()
-        });
-        let mut notes = Vec::new();
-        let devs = wrap_powerless(c.gpu_devices(), c.clock(), &mut notes);
-        assert!(notes.is_empty());
-        assert!(devs[0].instant_power_usage().is_ok());
     }
 }

@@ -389,7 +389,7 @@ impl Gpus {
         // the process sees them.
         let visible: Vec<Arc<dyn Gpu>> = physical.iter().map(|&i| all[i].clone()).collect();
         let (visible, mut notes) = counter_check::check_counters(visible, clock.as_ref());
-        let visible = derived_power::wrap_powerless(visible, clock.clone(), &mut notes);
+        let visible = adjusted::wrap_powerless(visible, clock.clone(), &mut notes);
         for (&i, d) in physical.iter().zip(visible) {
             all[i] = d;
         }
