@@ -62,9 +62,7 @@ def _monitored_workload(console: Console, seconds: float, plot: str | None) -> N
                 for i in gpus.physical_indices:
                     zeus.device.sim.set_busy(i, busy)
             time.sleep(0.5)
-            watts = "  ".join(
-                f"GPU{i}: {gpus.get_power_usage(i) / 1000:6.1f} W" for i in range(n)
-            )
+            watts = "  ".join(f"GPU{i}: {gpus.get_power_usage(i) / 1000:6.1f} W" for i in range(n))
             console.print(f"t={gpus.now() - start:4.1f}s  {'busy' if busy else 'idle'}  {watts}")
             if gpus.now() - phase_start >= 1.0:
                 busy, phase_start = not busy, gpus.now()
