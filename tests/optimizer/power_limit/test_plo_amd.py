@@ -196,23 +196,13 @@ def test_hf_callback_on_mi300x(
 ) -> None:
     """`HFGlobalPowerLimitOptimizer` inside a real `transformers.Trainer` (CPU, a tiny model)."""
     pytest.importorskip("torch", reason="torch is not installed")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    # The Trainer pieces of the NVIDIA test: a tiny dataset, and a callback that runs a little
-    # work on the simulated board each step.
-    from test_plo_hf import AdvanceSimulator, TinyDataset
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    # The NVIDIA test's tiny Trainer run: a little work on the simulated board each step.
+    from test_plo_hf import train_tiny
     from zeus.optimizer import HFGlobalPowerLimitOptimizer
 
     gpus = sim_gpus("MI300X")
     points = zeus.device.sim.workload_points(0)
-    config = transformers.BertConfig(
-        vocab_size=50,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=16,
-        num_labels=2,
-    )
     plo_cb = HFGlobalPowerLimitOptimizer(
         WindowMonitor(gpus, [0]),
         optimum_selector=ZeusCost(eta_knob=1.0),
@@ -222,23 +212,7 @@ def test_hf_callback_on_mi300x(
         pl_step=250,
         profile_path=tmp_path / "profile.json",
     )
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=2,
-        num_train_epochs=2,
-        use_cpu=True,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-    )
-    trainer = transformers.Trainer(
-        model=transformers.BertForSequenceClassification(config),
-        args=args,
-        train_dataset=TinyDataset(24),  # 12 steps per epoch
-        callbacks=[AdvanceSimulator(), plo_cb],
-    )
-    trainer.train()
+    train_tiny(tmp_path, plo_cb)
 
     plo = plo_cb.optimizer
     assert isinstance(plo.state, Done)

@@ -41,17 +41,9 @@ class TinyDataset(torch.utils.data.Dataset):
         }
 
 
-class AdvanceSimulator(transformers.TrainerCallback):
-    """Each training step does a little work on the simulated GPU (so time and energy pass)."""
-
-    def on_step_end(self, args, state, control, **kwargs):
-        zeus.device.sim.run(0.01)
-
-
-def test_trainer_profiles_and_settles(
-    tmp_path: Path, sim_gpus: Callable[..., object], set_calls: list[tuple[int, int]]
-) -> None:
-    gpus = sim_gpus("A40")
+def train_tiny(tmp_path: Path, plo_cb: transformers.TrainerCallback) -> None:
+    """Two epochs of 12 steps of a tiny BERT on CPU with `plo_cb`, each step a little work on
+    the simulated GPU."""
     config = transformers.BertConfig(
         vocab_size=50,
         hidden_size=16,
@@ -60,16 +52,6 @@ def test_trainer_profiles_and_settles(
         intermediate_size=32,
         max_position_embeddings=16,
         num_labels=2,
-    )
-    model = transformers.BertForSequenceClassification(config)
-    plo_cb = HFGlobalPowerLimitOptimizer(
-        WindowMonitor(gpus, [0]),
-        optimum_selector=ZeusCost(eta_knob=1.0),
-        wait_steps=0,
-        warmup_steps=1,
-        profile_steps=2,
-        pl_step=100,
-        profile_path=tmp_path / "profile.json",
     )
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"),
@@ -82,12 +64,35 @@ def test_trainer_profiles_and_settles(
         disable_tqdm=True,
     )
     trainer = transformers.Trainer(
-        model=model,
+        model=transformers.BertForSequenceClassification(config),
         args=args,
         train_dataset=TinyDataset(24),  # 12 steps per epoch
         callbacks=[AdvanceSimulator(), plo_cb],
     )
     trainer.train()
+
+
+class AdvanceSimulator(transformers.TrainerCallback):
+    """Each training step does a little work on the simulated GPU (so time and energy pass)."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        zeus.device.sim.run(0.01)
+
+
+def test_trainer_profiles_and_settles(
+    tmp_path: Path, sim_gpus: Callable[..., object], set_calls: list[tuple[int, int]]
+) -> None:
+    gpus = sim_gpus("A40")
+    plo_cb = HFGlobalPowerLimitOptimizer(
+        WindowMonitor(gpus, [0]),
+        optimum_selector=ZeusCost(eta_knob=1.0),
+        wait_steps=0,
+        warmup_steps=1,
+        profile_steps=2,
+        pl_step=100,
+        profile_path=tmp_path / "profile.json",
+    )
+    train_tiny(tmp_path, plo_cb)
 
     plo = plo_cb.optimizer
     assert isinstance(plo.state, Done)
