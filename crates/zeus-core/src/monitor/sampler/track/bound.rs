@@ -30,7 +30,7 @@ impl Track {
 
     pub(super) fn edge_model(&self, t: f64) -> Option<Edge> {
         let first = *self.anchors.front()?;
-        let j = self.anchors.partition_point(|a| a.t <= t);
+        let j = self.anchors.partition_recent(|a| a.t <= t);
         let res_sigma = self.resolution_j / 3f64.sqrt();
         if j == 0 {
             let (e, _) = self.model(t, first.t, None);
@@ -48,7 +48,7 @@ impl Track {
         let a = self.anchors[j - 1];
         let timing = self.timing_sigma(a);
         let Some(&b) = self.anchors.get(j) else {
-            let (e, _) = self.model(a.t, t, None);
+            let e = self.model_past_anchor(a.t, t);
             let u = t - a.t;
             // Lagging averages after a window edge: the new level is only roughly known.
             let (level_sigma, level_hard) = match self.open_level() {
@@ -203,7 +203,7 @@ impl Track {
     /// Energy sigma from the uncertainty of when anchor `a` was (J): only where the power
     /// changes around it.
     pub(super) fn timing_sigma(&self, a: Anchor) -> f64 {
-        let i = self.ticks.partition_point(|k| k.t <= a.t);
+        let i = self.ticks.partition_recent(|k| k.t <= a.t);
         if i == 0 || i >= self.ticks.len() {
             return 0.0;
         }
@@ -220,8 +220,11 @@ impl Track {
     /// Sigma (J) of the model's energy `u` s past the last anchor, up to `t`.
     pub(super) fn extrapolation_sigma(&self, u: f64, t: f64) -> f64 {
         let p = self.power_scale(t);
-        let v: Vec<f64> = self.end_errors.iter().copied().collect();
-        let k = match robust_scale(&v).filter(|_| v.len() >= 4) {
+        let k = match self
+            .end_errors
+            .scale()
+            .filter(|_| self.end_errors.len() >= 4)
+        {
             // Readings' noise alone puts an extrapolation off by the last reading's noise
             // over the stretch past it: uniform of amplitude `noise`, a sigma of noise / sqrt 3.
             Some(r) => r.max(self.noise / 3f64.sqrt()),
@@ -244,7 +247,7 @@ impl Track {
 
     /// The power of the tick at or before `t` (W).
     pub(super) fn power_near(&self, t: f64) -> f64 {
-        let i = self.ticks.partition_point(|k| k.t <= t);
+        let i = self.ticks.partition_recent(|k| k.t <= t);
         if self.ticks.is_empty() {
             return 0.0;
         }
@@ -352,10 +355,10 @@ impl Track {
         let (e, free) = self.model(t0, t1, None);
         // Between ticks the power may have moved anywhere between their readings; readings
         // are noisy; averages lag by half their window.
-        let lo = self.ticks.partition_point(|k| k.t <= t0).saturating_sub(1);
+        let lo = self.ticks.partition_recent(|k| k.t <= t0).saturating_sub(1);
         let hi = self
             .ticks
-            .partition_point(|k| k.t < t1)
+            .partition_recent(|k| k.t < t1)
             .min(self.ticks.len() - 1);
         let mut var = 0.0;
         for i in lo..hi {

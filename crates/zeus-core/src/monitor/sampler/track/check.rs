@@ -35,13 +35,13 @@ impl Track {
             // would extrapolate the level after the edge and say nothing of their shapes).
             push_bounded(&mut self.pending_shapes, (a, b, moved), 16);
         } else {
-            push_bounded(&mut self.plain, res, RESIDUALS);
+            self.plain.push(res);
         }
         if res.calm && moved > 0.0 && b - a >= self.period * 0.5 {
             // Steady power: the readings' spread around the counter's mean is their noise.
             let mean = moved / (b - a).max(1e-6);
-            let i = self.ticks.partition_point(|k| k.t < a);
-            let j = self.ticks.partition_point(|k| k.t <= b);
+            let i = self.ticks.partition_recent(|k| k.t < a);
+            let j = self.ticks.partition_recent(|k| k.t <= b);
             for k in i..j {
                 let d = ((self.ticks[k].watts - mean) / mean.max(1.0))
                     .abs()
@@ -83,14 +83,10 @@ impl Track {
             let floor = self.resolution_j * 4.0;
             for (q, pred) in [(&mut self.hinted, step), (&mut self.hinted_bridge, bridge)] {
                 let scale = pred.abs().max(moved.abs()).max(floor);
-                push_bounded(
-                    q,
-                    Residual {
-                        rel: (moved - pred) / scale,
-                        calm: false,
-                    },
-                    RESIDUALS,
-                );
+                q.push(Residual {
+                    rel: (moved - pred) / scale,
+                    calm: false,
+                });
             }
         }
     }
@@ -118,14 +114,10 @@ impl Track {
         let step = b.joules - a.joules;
         let split = before * (h - a.t) + after * (b.t - h);
         let scale = step.abs().max(self.resolution_j * 4.0);
-        push_bounded(
-            &mut self.hinted,
-            Residual {
-                rel: (step - split) / scale,
-                calm: false,
-            },
-            RESIDUALS,
-        );
+        self.hinted.push(Residual {
+            rel: (step - split) / scale,
+            calm: false,
+        });
     }
 
     /// Score the model's prediction of a counter step and update the mode.
@@ -150,10 +142,10 @@ impl Track {
 
     /// The energy of `[a, b]` from the raw power readings (a ramp between them).
     pub(super) fn raw_integral(&self, a: f64, b: f64) -> f64 {
-        let i = self.ticks.partition_point(|k| k.t <= a).saturating_sub(1);
+        let i = self.ticks.partition_recent(|k| k.t <= a).saturating_sub(1);
         let j = self
             .ticks
-            .partition_point(|k| k.t < b)
+            .partition_recent(|k| k.t < b)
             .min(self.ticks.len());
         let mut total = 0.0;
         for k in i..j {
@@ -264,10 +256,10 @@ impl Track {
             (true, false) => &self.hinted_bridge,
         };
         let floor = (self.noise * 0.5).max(0.003);
-        match rms(q, false) {
+        match q.scale() {
             Some(r) => r.max(floor),
             // Before intervals with window edges have been checked: twice what the others do.
-            None => match rms(&self.plain, false) {
+            None => match self.plain.scale() {
                 Some(r) => (2.0 * r).max(floor).max(0.01),
                 None => 0.05,
             },
@@ -283,7 +275,7 @@ impl Track {
             self.pending_ends.pop_front();
             if let Some(e) = self.edge(t) {
                 if !e.degraded && u > 0.0 && p > 0.0 {
-                    push_bounded(&mut self.end_errors, (est - e.joules) / (u * p), RESIDUALS);
+                    self.end_errors.push((est - e.joules) / (u * p));
                 }
             }
         }
@@ -298,7 +290,7 @@ impl Track {
         let t0 = self.anchors.front().expect("anchors").t;
         let t1 = self.anchors.back().expect("anchors").t;
         let lin = |t: f64| -> Option<f64> {
-            let j = self.anchors.partition_point(|a| a.t <= t);
+            let j = self.anchors.partition_recent(|a| a.t <= t);
             if j == 0 || j >= self.anchors.len() {
                 return None;
             }

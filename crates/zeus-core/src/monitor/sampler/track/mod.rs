@@ -41,14 +41,17 @@
 //! calibration, anchors), [`check`] (residuals, shapes, modes), [`model`] (the power model and
 //! its integral) and [`bound`] (the energy at an edge, its bound, and windows).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use super::fit::{self, Grid, LagFit, LagRead, ReadPair};
+use scale::{Magnitude, ScaleLog};
 
 mod bound;
 mod check;
 mod model;
 mod reads;
+mod scale;
 mod ticks;
 
 /// Seconds of ticks, reads and anchors kept.
@@ -265,11 +268,11 @@ pub struct Track {
     averaged: Option<f64>,
     /// Whether the readings are the driver's average (no instant power on this board).
     average_only: bool,
-    plain: VecDeque<Residual>,
+    plain: ScaleLog<Residual>,
     /// Residuals of intervals with window edges, the edges stepping the load ...
-    hinted: VecDeque<Residual>,
+    hinted: ScaleLog<Residual>,
     /// ... and the same intervals with the edges ignored (the bridge).
-    hinted_bridge: VecDeque<Residual>,
+    hinted_bridge: ScaleLog<Residual>,
     /// Hinted intervals `(a, b, moved)` whose shapes are scored once a reading passes them.
     pending_shapes: VecDeque<(f64, f64, f64)>,
     /// Lag fits in a row where no lag in the range explained the counter across edges.
@@ -290,7 +293,7 @@ pub struct Track {
     /// last anchor, power scale W).
     pending_ends: VecDeque<(f64, f64, f64, f64)>,
     /// How far extrapolated ends were off once settled, over `seconds * power`.
-    end_errors: VecDeque<f64>,
+    end_errors: ScaleLog<f64>,
     /// Relative noise of the power readings against the counter in steady stretches.
     noise: f64,
     /// Recent relative deviations of readings from the counter's mean in steady stretches.
@@ -316,6 +319,57 @@ pub struct Track {
     /// The counter's resolution (J): the greatest common divisor of its values in mJ.
     resolution_j: f64,
     resolution_mj: u64,
+    /// Bumped by whatever may change the power model up to the last reading: readings,
+    /// anchors, faults, settings, a window edge placed before the last reading.
+    version: u64,
+    /// The model from the last anchor to the last reading, as of `version`
+    /// ([`Track::model_past_anchor`]).
+    head_model: Cell<Option<HeadModel>>,
+}
+
+/// The power model's integral over `[from, to]` (J) at a track version.
+#[derive(Debug, Clone, Copy)]
+struct HeadModel {
+    version: u64,
+    from: f64,
+    to: f64,
+    steps: bool,
+    joules: f64,
+}
+
+/// `partition_point` for the track's histories, which looks at the end first: window edges
+/// are at about now, past nearly all of a history that holds a minute of millisecond
+/// readings, where a binary search takes a cache miss at nearly every step (on four GPUs, most
+/// of an edge's cost).
+trait PartitionRecent<T> {
+    fn partition_recent(&self, pred: impl Fn(&T) -> bool) -> usize;
+}
+
+/// How many of the last elements [`PartitionRecent`] tries before searching.
+const RECENT_SCAN: usize = 8;
+
+impl<T> PartitionRecent<T> for VecDeque<T> {
+    fn partition_recent(&self, pred: impl Fn(&T) -> bool) -> usize {
+        let n = self.len();
+        let mut k = n;
+        while k > 0 && n - k < RECENT_SCAN {
+            if pred(&self[k - 1]) {
+                return k;
+            }
+            k -= 1;
+        }
+        // The answer is below `k`: a binary search there.
+        let mut lo = 0;
+        while lo < k {
+            let mid = lo + (k - lo) / 2;
+            if pred(&self[mid]) {
+                lo = mid + 1;
+            } else {
+                k = mid;
+            }
+        }
+        lo
+    }
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -333,28 +387,10 @@ fn push_bounded<T>(q: &mut VecDeque<T>, x: T, n: usize) {
     }
 }
 
-/// The scale (a standard deviation) of residuals: their 95th percentile over 1.96, so that a
-/// bound of [`Z95`] scales covers 95% of them whatever the shape of their tail (a load that
-/// moves between readings gives heavy ones), while a single stray value among two dozen (a
-/// start-up glitch) does not widen every bound.
-fn rms(q: &VecDeque<Residual>, calm_only: bool) -> Option<f64> {
-    let v: Vec<f64> = q
-        .iter()
-        .filter(|r| !calm_only || r.calm)
-        .map(|r| r.rel)
-        .collect();
-    robust_scale(&v)
-}
-
-fn robust_scale(v: &[f64]) -> Option<f64> {
-    if v.len() < 3 {
-        return None;
+impl Magnitude for Residual {
+    fn magnitude(&self) -> f64 {
+        self.rel.abs()
     }
-    let mut a: Vec<f64> = v.iter().map(|x| x.abs()).collect();
-    a.sort_by(f64::total_cmp);
-    let q95 = a[((a.len() as f64 * 0.95).ceil() as usize).min(a.len()) - 1];
-    let second = a[a.len().saturating_sub(2)];
-    Some(q95.min(second) / 1.96)
 }
 
 impl Track {
@@ -398,9 +434,9 @@ impl Track {
             },
             averaged: None,
             average_only: false,
-            plain: VecDeque::new(),
-            hinted: VecDeque::new(),
-            hinted_bridge: VecDeque::new(),
+            plain: ScaleLog::new(RESIDUALS),
+            hinted: ScaleLog::new(RESIDUALS),
+            hinted_bridge: ScaleLog::new(RESIDUALS),
             pending_shapes: VecDeque::new(),
             lag_misfits: 0,
             lag_beyond: 0.0,
@@ -409,7 +445,7 @@ impl Track {
             load_var: 0.0,
             edges_explain: true,
             pending_ends: VecDeque::new(),
-            end_errors: VecDeque::new(),
+            end_errors: ScaleLog::new(RESIDUALS),
             noise: 0.01,
             deviations: VecDeque::new(),
             rate: (0.0, 0.0),
@@ -424,6 +460,8 @@ impl Track {
             recent_min_w: f64::INFINITY,
             resolution_j: 0.001,
             resolution_mj: 0,
+            version: 0,
+            head_model: Cell::new(None),
         }
     }
 
@@ -431,6 +469,7 @@ impl Track {
     /// one (a fit needs updates far enough apart to tell a lag from the next update; a board
     /// updating every millisecond has none).
     pub fn set_known_lag(&mut self, lag: f64) {
+        self.version += 1;
         self.known_lag = Some(lag);
         self.schedule.lag = lag;
         self.schedule.lag_err = KNOWN_LAG_ERR;
@@ -440,12 +479,14 @@ impl Track {
     /// The board's highest power (its maximum power limit), for bounds over stretches without
     /// readings.
     pub fn set_max_power(&mut self, watts: f64) {
+        self.version += 1;
         self.max_power_w = watts.max(0.0);
     }
 
     /// The power readings are the driver's average (the board has no instant power): whether
     /// they lag is found out from the counter.
     pub fn set_average_only(&mut self, yes: bool) {
+        self.version += 1;
         self.average_only = yes;
         self.averaged = None;
     }
@@ -453,6 +494,7 @@ impl Track {
     /// Forget the update period the backend said, and measure it (as with NVML, which does
     /// not say).
     pub fn forget_period(&mut self) {
+        self.version += 1;
         self.period = 0.1;
         self.intervals.clear();
         self.locked = false;
@@ -497,26 +539,22 @@ impl Track {
 
     /// The self-check's recent residual scale: RMS of (counter step - prediction) / step.
     pub fn residual_ratio(&self) -> f64 {
-        let mut all: VecDeque<Residual> = self.plain.clone();
-        all.extend(
-            if self.steps() {
-                &self.hinted
-            } else {
-                &self.hinted_bridge
-            }
-            .iter()
-            .copied(),
-        );
-        rms(&all, false).unwrap_or(0.0)
+        let edged = if self.steps() {
+            &self.hinted
+        } else {
+            &self.hinted_bridge
+        };
+        let all = self.plain.iter().chain(edged.iter());
+        scale::robust_scale(all.map(Magnitude::magnitude)).unwrap_or(0.0)
     }
 
     /// Self-check residual scales: intervals without window edges, with them (edges stepping
     /// the load), with them (the bridge), for diagnostics.
     pub fn residual_scales(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
         (
-            rms(&self.plain, false),
-            rms(&self.hinted, false),
-            rms(&self.hinted_bridge, false),
+            self.plain.scale(),
+            self.hinted.scale(),
+            self.hinted_bridge.scale(),
         )
     }
 
@@ -562,7 +600,7 @@ impl Track {
     /// a binary search: a board updating every millisecond keeps a million of them over the
     /// history, and a scan per window edge would cost milliseconds.
     pub(super) fn last_hint_in(&self, lo: f64, hi: f64) -> Option<f64> {
-        let j = self.hints.partition_point(|&h| h < hi);
+        let j = self.hints.partition_recent(|&h| h < hi);
         j.checked_sub(1).map(|k| self.hints[k]).filter(|&h| h > lo)
     }
 
@@ -574,6 +612,11 @@ impl Track {
             return;
         }
         let last_tick = self.ticks.back().map_or(f64::NEG_INFINITY, |k| k.t);
+        if t < last_tick {
+            // An edge taken before the sampler's latest reading came in: it shapes the model
+            // before that reading.
+            self.version += 1;
+        }
         let in_open_interval = self
             .hints
             .iter()
@@ -594,4 +637,114 @@ impl Track {
     }
 
     // ---- power readings --------------------------------------------------------------------
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A window edge that lands before the latest reading (taken just before the reading came
+    /// in) reshapes the model there: the cache does not keep the model without it.
+    #[test]
+    fn an_edge_before_the_latest_reading_is_not_missed_by_the_cache() {
+        let mut track = Track::new(100.0, Some(0.001));
+        track.set_known_lag(0.0);
+        track.set_max_power(750.0);
+        let mut joules = 0.0;
+        for k in 0..200 {
+            let t = 100.0 + k as f64 * 0.001;
+            let watts = if k % 2 == 0 { 200.0 } else { 600.0 };
+            joules += watts * 0.001;
+            track.on_power(t + 0.0001, (watts * 1000.0) as u32, None);
+            // The last anchor a few readings back.
+            if k % 3 == 0 && k < 190 {
+                track.on_counter(t, t + 0.00005, (joules * 1000.0) as u64, 0.00005);
+            }
+        }
+        let a = track.anchors.back().expect("anchors").t;
+        let last = track.ticks.back().expect("ticks").t;
+        let now = last + 0.0004;
+        let before = track.model_past_anchor(a, now);
+        assert_eq!(before, track.model(a, now, None).0);
+        // An edge inside the last reading's interval.
+        let prev = track.ticks[track.ticks.len() - 2].t;
+        track.add_hint(prev + 0.25 * (last - prev));
+        let want = track.model(a, now, None).0;
+        assert_ne!(want, before, "the edge should reshape the model");
+        assert_eq!(track.model_past_anchor(a, now), want);
+    }
+
+    proptest! {
+        /// Window edges past the last reading get the same energy from the cached model as
+        /// from integrating it whole, whatever came in between: readings, anchors, edges
+        /// before and after the latest reading, faults.
+        #[test]
+        fn the_cached_model_since_the_anchor_is_the_model(
+            events in prop::collection::vec((0u8..6, 0.0f64..1.0), 50..400),
+        ) {
+            let mut t = 100.0;
+            let mut track = Track::new(t, Some(0.001));
+            track.set_known_lag(0.0);
+            track.set_max_power(750.0);
+            let (mut joules, mut watts) = (1000.0, 300.0);
+            for (kind, x) in events {
+                let dt = 0.0002 + 0.002 * x;
+                joules += watts * dt;
+                t += dt;
+                match kind {
+                    0 => {
+                        watts = 100.0 + 600.0 * x;
+                        track.on_power(t, (watts * 1000.0) as u32, None);
+                    }
+                    1 => track.on_power(t, (watts * 1000.0) as u32, None),
+                    2 => track.on_counter(t - 0.00005, t, (joules * 1000.0) as u64, 0.00005),
+                    3 => track.add_hint(t),
+                    // An edge taken a moment ago, perhaps before the latest reading.
+                    4 => track.add_hint(t - 0.002 * x),
+                    _ => track.on_power_fault(t),
+                }
+                let Some(a) = track.anchors.back().map(|a| a.t) else { continue };
+                for probe in [t, t + 0.0005 * x] {
+                    if track.ticks.back().is_some_and(|k| k.t >= a && probe >= k.t) {
+                        let want = track.model(a, probe, None).0;
+                        // Twice: computed, then from the cache.
+                        for _ in 0..2 {
+                            let got = track.model_past_anchor(a, probe);
+                            prop_assert!(
+                                (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                                "at {probe}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Looking at the end first finds what a binary search over the whole finds, for a
+        /// history wrapped anywhere in its ring buffer and any threshold.
+        #[test]
+        fn partition_recent_is_partition_point(
+            mut xs in prop::collection::vec(-100i32..100, 0..60),
+            rotate in 0usize..60,
+            threshold in -110i32..110,
+        ) {
+            xs.sort();
+            let mut v: VecDeque<i32> = VecDeque::with_capacity(64);
+            // Wrap the buffer: pop from the front, push at the back.
+            for _ in 0..rotate {
+                v.push_back(0);
+                v.pop_front();
+            }
+            v.extend(xs.iter().copied());
+            prop_assert_eq!(
+                v.partition_recent(|&x| x < threshold),
+                v.partition_point(|&x| x < threshold)
+            );
+            prop_assert_eq!(
+                v.partition_recent(|&x| x <= threshold),
+                v.partition_point(|&x| x <= threshold)
+            );
+        }
+    }
 }

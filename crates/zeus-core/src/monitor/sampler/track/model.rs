@@ -66,8 +66,14 @@ impl Track {
     /// The counter's mean power (W) over the anchors that lie within `[a, b]`, where at least
     /// two do.
     pub(super) fn mean_within(&self, a: f64, b: f64) -> Option<f64> {
-        let i = self.anchors.partition_point(|x| x.t < a);
-        let j = self.anchors.partition_point(|x| x.t <= b);
+        let i = self.anchors.partition_recent(|x| x.t < a);
+        let j = self.anchors.partition_recent(|x| x.t <= b);
+        self.mean_of_anchors(i, j)
+    }
+
+    /// The counter's mean power (W) from anchor `i` to anchor `j - 1`, where they are two and
+    /// in one epoch.
+    fn mean_of_anchors(&self, i: usize, j: usize) -> Option<f64> {
         if j < i + 2 {
             return None;
         }
@@ -85,8 +91,8 @@ impl Track {
         let mut out: Vec<(f64, f64)> = self.gaps.iter().copied().collect();
         for pair in self.hints.iter().zip(self.hints.iter().skip(1)) {
             let (&h0, &h1) = pair;
-            let ticks_between = self.ticks.partition_point(|k| k.t < h1)
-                - self.ticks.partition_point(|k| k.t <= h0);
+            let ticks_between = self.ticks.partition_recent(|k| k.t < h1)
+                - self.ticks.partition_recent(|k| k.t <= h0);
             if ticks_between == 0 && self.mean_within(h0, h1).is_none() {
                 out.push((h0, h1));
             }
@@ -99,7 +105,7 @@ impl Track {
     /// before for moments before the edge and of the one after for moments after it.
     pub(super) fn counter_level(&self, t: f64) -> f64 {
         let n = self.anchors.len();
-        let j = self.anchors.partition_point(|a| a.t <= t);
+        let j = self.anchors.partition_recent(|a| a.t <= t);
         let latest = || self.interval_mean(n - 1).unwrap_or(0.0);
         if j == 0 {
             return self.interval_mean(1).unwrap_or(0.0);
@@ -111,8 +117,8 @@ impl Track {
             };
         }
         let (a, b) = (self.anchors[j - 1].t, self.anchors[j].t);
-        let first = self.hints.partition_point(|&h| h <= a);
-        let last = self.hints.partition_point(|&h| h < b);
+        let first = self.hints.partition_recent(|&h| h <= a);
+        let last = self.hints.partition_recent(|&h| h < b);
         if first == last {
             return self.interval_mean(j).unwrap_or_else(latest);
         }
@@ -138,13 +144,20 @@ impl Track {
     }
 
     /// The model's pieces between ticks `i` and `i + 1`; window edges step the load when
-    /// `steps`.
-    pub(super) fn pieces(&self, i: usize, steps: bool, out: &mut Vec<Piece>) {
+    /// `steps`. `walk` is where the previous interval's searches ended (intervals are taken
+    /// in order).
+    pub(super) fn pieces(
+        &self,
+        i: usize,
+        steps: bool,
+        walk: &mut Walk,
+        mut emit: impl FnMut(Piece),
+    ) {
         let (a, b) = (self.ticks[i], self.ticks[i + 1]);
         let (wa, wb) = (self.tick_power(i), self.tick_power(i + 1));
         // A stretch without readings (a fault): its level is unknown.
         if self.gaps.iter().any(|g| g.0 < b.t && g.1 > a.t) {
-            out.push(Piece {
+            emit(Piece {
                 t0: a.t,
                 t1: b.t,
                 shape: Shape::Free {
@@ -155,10 +168,9 @@ impl Track {
         }
         // A tick is timed to within a poll step, so an edge just before it may really fall
         // after it: such an edge counts for this interval too (at its start).
-        let start = self.hints.partition_point(|&h| h <= a.t - HINT_TOLERANCE);
-        let end = self.hints.partition_point(|&h| h < b.t);
+        let (start, end) = walk.hints_in(&self.hints, a.t - HINT_TOLERANCE, b.t);
         if start == end || !steps {
-            out.push(Piece {
+            emit(Piece {
                 t0: a.t,
                 t1: b.t,
                 shape: self.between(a.t, b.t, wa, wb),
@@ -168,7 +180,7 @@ impl Track {
         // A step at the first edge; between the first and the last edge (if they differ) one
         // level, unknown until the counter says.
         let (first, last) = (self.hints[start].max(a.t), self.hints[end - 1].max(a.t));
-        out.push(Piece {
+        emit(Piece {
             t0: a.t,
             t1: first,
             shape: Shape::Ramp { w0: wa, w1: wa },
@@ -176,14 +188,15 @@ impl Track {
         if last > first {
             // The stretch between edges had no power reading; the counter may have measured
             // it whole (a short gap between windows on a fast counter).
-            let guess = self.mean_within(first, last).unwrap_or((wa + wb) / 2.0);
-            out.push(Piece {
+            let (i, j) = walk.anchors_in(&self.anchors, first, last);
+            let guess = self.mean_of_anchors(i, j).unwrap_or((wa + wb) / 2.0);
+            emit(Piece {
                 t0: first,
                 t1: last,
                 shape: Shape::Free { guess },
             });
         }
-        out.push(Piece {
+        emit(Piece {
             t0: last,
             t1: b.t,
             shape: Shape::Ramp { w0: wb, w1: wb },
@@ -215,7 +228,7 @@ impl Track {
     /// Whether window edges step the load in the model: as long as they predict the counter
     /// at least as well as the bridge does.
     pub(in crate::monitor::sampler) fn steps(&self) -> bool {
-        match (rms(&self.hinted, false), rms(&self.hinted_bridge, false)) {
+        match (self.hinted.scale(), self.hinted_bridge.scale()) {
             (Some(step), Some(bridge)) => step <= bridge * 1.1,
             _ => true,
         }
@@ -239,7 +252,7 @@ impl Track {
         }
         let k0 = n.saturating_sub(64);
         let (mut all, mut at_edges) = (0.0, 0.0);
-        let mut h = self.hints.partition_point(|&h| h <= self.ticks[k0].t);
+        let mut h = self.hints.partition_recent(|&h| h <= self.ticks[k0].t);
         for k in k0 + 1..n {
             let (t0, t1) = (self.ticks[k - 1].t, self.ticks[k].t);
             let noise = self.noise * self.tick_power(k);
@@ -262,6 +275,40 @@ impl Track {
     /// at their guesses), and the weight of the free parts in `[a, b]` (s).
     pub(super) fn model(&self, a: f64, b: f64, level: Option<f64>) -> (f64, f64) {
         self.model_with(a, b, level, self.steps())
+    }
+
+    /// [`Track::model`] from the last anchor at `a` to `t` at or past the last reading (a
+    /// window edge at about now), free parts at their guesses: the stretch up to the last
+    /// reading comes from the cache while nothing before it changes, so that a tight loop of
+    /// windows integrates only what lies past it (a board updating every millisecond has
+    /// several readings since its last anchor; each edge integrated them all again).
+    ///
+    /// Not for lagging averages: their readings' power comes from the counter and from the
+    /// latest window edge ([`Track::tick_power`]), which every edge moves.
+    pub(super) fn model_past_anchor(&self, a: f64, t: f64) -> f64 {
+        let last = self.ticks.back().map(|k| k.t);
+        let Some(last) = last.filter(|&l| l >= a && t >= l && self.averaged.is_none()) else {
+            return self.model(a, t, None).0;
+        };
+        let steps = self.steps();
+        let cached = self.head_model.get().filter(|c| {
+            c.version == self.version && c.from == a && c.to == last && c.steps == steps
+        });
+        let head = match cached {
+            Some(c) => c.joules,
+            None => {
+                let joules = self.model_with(a, last, None, steps).0;
+                self.head_model.set(Some(HeadModel {
+                    version: self.version,
+                    from: a,
+                    to: last,
+                    steps,
+                    joules,
+                }));
+                joules
+            }
+        };
+        head + self.model_with(last, t, None, steps).0
     }
 
     pub(super) fn model_with(&self, a: f64, b: f64, level: Option<f64>, steps: bool) -> (f64, f64) {
@@ -330,15 +377,11 @@ impl Track {
                 );
             }
         }
-        let lo = self.ticks.partition_point(|k| k.t <= a).saturating_sub(1);
-        let hi = self.ticks.partition_point(|k| k.t < b).min(n - 1);
-        let mut pieces = Vec::new();
+        let lo = self.ticks.partition_recent(|k| k.t <= a).saturating_sub(1);
+        let hi = self.ticks.partition_recent(|k| k.t < b).min(n - 1);
+        let mut walk = Walk::default();
         for i in lo..hi {
-            pieces.clear();
-            self.pieces(i, steps, &mut pieces);
-            for p in &pieces {
-                add(p, a, b);
-            }
+            self.pieces(i, steps, &mut walk, |p| add(&p, a, b));
         }
         (total, free)
     }
@@ -389,6 +432,53 @@ impl Track {
     }
 
     // ---- answers ---------------------------------------------------------------------------
+}
+
+/// Where a walk over consecutive tick intervals stands in the window edges and the anchors:
+/// each interval's search starts where the previous one's ended. (A window edge on a board
+/// updating every millisecond spans several intervals; a binary search each over a minute of
+/// edges and anchors was most of an edge's cost.)
+#[derive(Debug, Default)]
+pub(super) struct Walk {
+    hints: Option<(usize, usize)>,
+    anchors: Option<(usize, usize)>,
+}
+
+impl Walk {
+    /// The edges in `(lo, hi)` as an index range; `lo` and `hi` may only grow from call to
+    /// call.
+    fn hints_in(&mut self, hints: &VecDeque<f64>, lo: f64, hi: f64) -> (usize, usize) {
+        let r = advance(self.hints, hints, |&h| h <= lo, |&h| h < hi);
+        *self.hints.insert(r)
+    }
+
+    /// The anchors within `[lo, hi]` as an index range; `lo` and `hi` may only grow from
+    /// call to call.
+    fn anchors_in(&mut self, anchors: &VecDeque<Anchor>, lo: f64, hi: f64) -> (usize, usize) {
+        let r = advance(self.anchors, anchors, |x| x.t < lo, |x| x.t <= hi);
+        *self.anchors.insert(r)
+    }
+}
+
+/// The range `[i, j)` of sorted `v` past `before` and up to `within`: searched the first
+/// time, then moved on from `from`.
+fn advance<T>(
+    from: Option<(usize, usize)>,
+    v: &VecDeque<T>,
+    before: impl Fn(&T) -> bool,
+    within: impl Fn(&T) -> bool,
+) -> (usize, usize) {
+    let Some((mut i, j)) = from else {
+        return (v.partition_recent(&before), v.partition_recent(&within));
+    };
+    while v.get(i).is_some_and(&before) {
+        i += 1;
+    }
+    let mut j = j.max(i);
+    while v.get(j).is_some_and(&within) {
+        j += 1;
+    }
+    (i, j)
 }
 
 /// A stretch of the power model.

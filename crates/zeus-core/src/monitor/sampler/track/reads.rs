@@ -7,6 +7,7 @@ impl Track {
     /// A counter read (mJ) that started at `before` and ended at `after`, costing `cost` s of
     /// this thread's CPU.
     pub fn on_counter(&mut self, before: f64, after: f64, millijoules: u64, cost: f64) {
+        self.version += 1;
         self.read_cost = if self.read_cost == 0.0 {
             cost
         } else {
@@ -127,8 +128,8 @@ impl Track {
         // Steadiness is judged on the readings themselves; lagging averages are steady only
         // once they have been for a whole window.
         let a = a - self.averaged.unwrap_or(0.0);
-        let i = self.ticks.partition_point(|k| k.t < a);
-        let j = self.ticks.partition_point(|k| k.t <= b);
+        let i = self.ticks.partition_recent(|k| k.t < a);
+        let j = self.ticks.partition_recent(|k| k.t <= b);
         if j <= i + 1 {
             return (0.0, false);
         }
@@ -368,8 +369,8 @@ impl Track {
             return None;
         }
         let mean_over = |lo: f64, hi: f64| -> Option<f64> {
-            let i = self.anchors.partition_point(|a| a.t < lo);
-            let j = self.anchors.partition_point(|a| a.t <= hi);
+            let i = self.anchors.partition_recent(|a| a.t < lo);
+            let j = self.anchors.partition_recent(|a| a.t <= hi);
             if j < i + 2 {
                 return None;
             }
@@ -398,10 +399,10 @@ impl Track {
                 continue;
             }
             // The first interval past the level before, within the reach of the edge.
-            let i = self.anchors.partition_point(|a| a.t < h - reach);
+            let i = self.anchors.partition_recent(|a| a.t < h - reach);
             let j = self
                 .anchors
-                .partition_point(|a| a.t <= h + reach)
+                .partition_recent(|a| a.t <= h + reach)
                 .min(n - 1);
             let threshold = 0.2 * (after - before).abs();
             for m in i.max(1)..=j {
@@ -437,7 +438,8 @@ impl Track {
     /// held too steady to tell, for lagging averages (whose readings trail the load
     /// themselves), and when a delay in the range does about as well.
     pub(in crate::monitor::sampler) fn shift_beyond_range(&self) -> Option<f64> {
-        if self.averaged.is_some() {
+        // A lag the backend states is not searched for.
+        if self.averaged.is_some() || self.known_lag.is_some() {
             return None;
         }
         let oldest = self.ticks.front()?.t;
@@ -658,13 +660,13 @@ impl Track {
     /// stepped there to a level no reading has seen.
     pub(super) fn unseen_edge(&self, t: f64) -> Option<f64> {
         let seen = self.ticks.back()?.t;
-        let i = self.hints.partition_point(|&h| h <= seen);
+        let i = self.hints.partition_recent(|&h| h <= seen);
         self.hints.get(i).copied().filter(|&h| h < t)
     }
 
     /// The tick within a quarter period of `x`, if any.
     pub(super) fn snap_to_tick(&self, x: f64) -> Option<Tick> {
-        let i = self.ticks.partition_point(|k| k.t < x);
+        let i = self.ticks.partition_recent(|k| k.t < x);
         [i.checked_sub(1), Some(i)]
             .into_iter()
             .flatten()

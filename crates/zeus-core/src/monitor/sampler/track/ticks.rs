@@ -5,6 +5,7 @@ use super::*;
 impl Track {
     /// A power reading (mW) taken at `t`, with the driver's timestamp of it if it gave one.
     pub fn on_power(&mut self, t: f64, milliwatts: u32, stamp: Option<f64>) {
+        self.version += 1;
         let watts = f64::from(milliwatts) / 1000.0;
         if let Some(since) = self.power_down_since.take() {
             self.end_gap(since, t, watts);
@@ -244,6 +245,7 @@ impl Track {
 
     /// Power readings failed at `t`: no ticks until they work again (a gap in the model).
     pub fn on_power_fault(&mut self, t: f64) {
+        self.version += 1;
         if self.power_down_since.is_none() {
             let since = self.ticks.back().map_or(t, |k| k.t.max(self.last_poll));
             self.power_down_since = Some(since);
