@@ -1265,6 +1265,11 @@ impl EnergyMonitor {
     fn mode_warnings(&self, warnings: &mut Vec<String>) {
         for (k, &i) in self.indices.iter().enumerate() {
             let Some(w) = self.watched(k) else { continue };
+            // This runs at every window's end: the reason and its figures are only taken for
+            // the one warning.
+            if w.with_track(|t| t.mode()) == Mode::Cached || !w.take_mode_warning() {
+                continue;
+            }
             let (mode, reason, residual, noise) = w.with_track(|t| {
                 (
                     t.mode(),
@@ -1273,7 +1278,7 @@ impl EnergyMonitor {
                     t.noise(),
                 )
             });
-            if mode != Mode::Cached && w.take_mode_warning() {
+            if mode != Mode::Cached {
                 let what = match mode {
                     Mode::Direct => "reading its energy counter directly at window edges",
                     _ => "integrating its power readings",
