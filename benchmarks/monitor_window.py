@@ -96,7 +96,9 @@ def child(pairs: int, repeat: int, reads: str) -> None:
         monitor = ZeusMonitor(reads=reads) if reads != "reference" else ZeusMonitor()
     except TypeError:  # zeus-ml 0.8.2 has no `reads`
         monitor = ZeusMonitor()
-    time.sleep(0.5)  # let a sampler take its first counter values
+    # The steady state a training loop sees: the sampler calibrated to the board (about a
+    # second on an H100) and its history filled a little.
+    time.sleep(float(os.environ.get("ZEUS_BENCH_WARMUP_S", "3")))
     n_gpus = len(monitor.gpu_indices)
     begin, end = monitor.begin_window, monitor.end_window
 

@@ -31,15 +31,15 @@ fn sim_gpus(model: &str, n: usize, fidelity: Fidelity) -> Gpus {
 
 fn window_pair(c: &mut Criterion) {
     let mut g = c.benchmark_group("window pair (begin + end)");
-    for n in [1usize, 4] {
-        let gpus = sim_gpus("H100", n, Fidelity::Real);
+    for (model, n) in [("H100", 1usize), ("H100", 4), ("MI300X", 1), ("MI300X", 4)] {
+        let gpus = sim_gpus(model, n, Fidelity::Real);
         let mut m =
             EnergyMonitor::with_reads(gpus.clone(), None, None, None, ReadMode::Cached).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(500)); // the sampler's first anchors
         m.begin_window("step").unwrap();
         let _ = m.end_window("step", false, None).unwrap();
         g.bench_with_input(
-            BenchmarkId::new("calibrated H100s, sampler", n),
+            BenchmarkId::new(format!("calibrated {model}s, sampler"), n),
             &n,
             |b, _| {
                 b.iter(|| {

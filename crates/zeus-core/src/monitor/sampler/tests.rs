@@ -1801,3 +1801,47 @@ fn a_counter_going_backwards_switches_to_power_integration() {
         assert!((o.user.joules - o.truth).abs() <= o.user.bound, "{o:?}");
     }
 }
+
+/// Diagnostic (not a test of behaviour): per board, the wall time the sampler's own work takes
+/// (the simulated reads are free on the virtual clock) and a window pair's work on the track,
+/// after 30 s of a tight loop of windows. Run with `--ignored --nocapture` in release.
+#[test]
+#[ignore]
+fn diagnose_pair_cost() {
+    for key in ["H100", "MI300X"] {
+        let mut h = if key == "H100" {
+            Harness::new(BoardSpec::h100(), 3, false)
+        } else {
+            Harness::amd(key, BoardKnobs::default(), 3)
+        };
+        let edges_for = |h: &mut Harness, secs: f64| {
+            let until = h.now() + secs;
+            while h.now() < until {
+                let t = h.now() + 0.0003;
+                h.run_until(t);
+                h.w[0].with_track(|tr| tr.add_hint(t));
+            }
+        };
+        edges_for(&mut h, 30.0);
+        let wall = std::time::Instant::now();
+        edges_for(&mut h, 5.0);
+        let sampler_ms = wall.elapsed().as_secs_f64() * 1e3 / 5.0;
+        let (ticks, anchors, hints) =
+            h.w[0].with_track(|t| (t.ticks().len(), t.anchors().len(), t.hints().len()));
+        let t0 = h.now();
+        let n = 20_000;
+        let wall = std::time::Instant::now();
+        for i in 0..n {
+            let a = t0 + i as f64 * 1e-9;
+            h.w[0].with_track(|tr| {
+                let e = tr.edge(a);
+                std::hint::black_box(tr.window_from(a, e, a + 5e-10, true));
+            });
+        }
+        let pair_us = wall.elapsed().as_secs_f64() / n as f64 * 1e6;
+        eprintln!(
+            "{key}: sampler {sampler_ms:.1} ms per s; pair {pair_us:.3} us; history: {ticks} \
+             readings, {anchors} anchors, {hints} edges"
+        );
+    }
+}
