@@ -1780,6 +1780,39 @@ fn amd_boards_are_measured_within_their_bounds() {
     }
 }
 
+/// A counter read whose thread was descheduled mid-call spans several publishes of a 1 ms
+/// grid: its value may describe any of them, so it gives no anchor (placing it at one of the
+/// span's two ends put windows a millisecond of power off, past their bounds).
+#[test]
+fn a_read_spanning_several_publishes_of_a_fast_grid_gives_no_anchor() {
+    let mut h = Harness::amd("MI300X", BoardKnobs::default(), 5);
+    h.dev.set_load(Load::Busy);
+    h.run_until(h.now() + 2.0);
+    assert!(h.w[0].with_track(|t| t.schedule().fitted));
+    // The call took the value at `t1` but began `early` s before and returned `late` s after.
+    for (early, late) in [
+        (0.001, 0.004),
+        (0.0005, 0.006),
+        (0.0015, 0.003),
+        (0.0002, 0.008),
+    ] {
+        h.run_until(h.now() + 0.05);
+        let t1 = h.now();
+        let value = h.dev.total_energy_consumption().unwrap();
+        // The sampler thread is the one held up: nothing else is read meanwhile.
+        h.c.clock().advance(late);
+        let (before, after) = h.w[0].with_track(|t| {
+            let n = t.anchors().len();
+            t.on_counter(t1 - early, t1 + late, value, 0.00005);
+            (n, t.anchors().len())
+        });
+        assert_eq!(
+            before, after,
+            "an anchor from a read across {early} + {late} s"
+        );
+    }
+}
+
 /// An AMD counter that returns stale values now and then (read from several threads at once,
 /// amdsmi#115): set aside for power integration, with the reason, and windows within bounds.
 #[test]

@@ -571,6 +571,13 @@ impl Track {
             });
             return;
         };
+        // A read that spans more than one publish past the first (its thread descheduled for
+        // several periods of a fast grid, a millisecond on AMD's) describes one of several
+        // moments, not one of the two candidates: its value would be placed up to the span
+        // off, past what the anchor's timing error says.
+        if x_old.is_some_and(|old| x_new - old > 1.5 * self.schedule.grid.period) {
+            return;
+        }
         let offset = prev.joules - prev.raw;
         let predict = |x: f64| prev.joules + self.model(prev.t, x, None).0;
         // The value on the track's scale if the counter did not reset.
