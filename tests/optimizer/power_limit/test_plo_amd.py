@@ -199,22 +199,10 @@ def test_hf_callback_on_mi300x(
     pytest.importorskip("transformers", reason="transformers is not installed")
     # The NVIDIA test's tiny Trainer run: a little work on the simulated board each step.
     from test_plo_hf import train_tiny
-    from zeus.optimizer import HFGlobalPowerLimitOptimizer
 
     gpus = sim_gpus("MI300X")
     points = zeus.device.sim.workload_points(0)
-    plo_cb = HFGlobalPowerLimitOptimizer(
-        WindowMonitor(gpus, [0]),
-        optimum_selector=ZeusCost(eta_knob=1.0),
-        wait_steps=0,
-        warmup_steps=1,
-        profile_steps=2,
-        pl_step=250,
-        profile_path=tmp_path / "profile.json",
-    )
-    train_tiny(tmp_path, plo_cb)
-
-    plo = plo_cb.optimizer
+    plo = train_tiny(tmp_path, gpus, pl_step=250)
     assert isinstance(plo.state, Done)
     assert [m.power_limit for m in plo.measurements] == [750, 500, 250]
     # Energy alone: the curve's energy per unit of work is lowest at 500 W (506 J at 750 W,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import zeus.device.sim
@@ -41,9 +41,19 @@ class TinyDataset(torch.utils.data.Dataset):
         }
 
 
-def train_tiny(tmp_path: Path, plo_cb: transformers.TrainerCallback) -> None:
-    """Two epochs of 12 steps of a tiny BERT on CPU with `plo_cb`, each step a little work on
-    the simulated GPU."""
+def train_tiny(tmp_path: Path, gpus: Any, pl_step: int) -> GlobalPowerLimitOptimizer:
+    """Two epochs of 12 steps of a tiny BERT on CPU, each step a little work on simulated GPU 0
+    of `gpus`, with an `HFGlobalPowerLimitOptimizer` that profiles each limit for two steps
+    after one of warm-up, `pl_step` W apart, by energy alone; its optimizer."""
+    plo_cb = HFGlobalPowerLimitOptimizer(
+        WindowMonitor(gpus, [0]),
+        optimum_selector=ZeusCost(eta_knob=1.0),
+        wait_steps=0,
+        warmup_steps=1,
+        profile_steps=2,
+        pl_step=pl_step,
+        profile_path=tmp_path / "profile.json",
+    )
     config = transformers.BertConfig(
         vocab_size=50,
         hidden_size=16,
@@ -70,6 +80,7 @@ def train_tiny(tmp_path: Path, plo_cb: transformers.TrainerCallback) -> None:
         callbacks=[AdvanceSimulator(), plo_cb],
     )
     trainer.train()
+    return plo_cb.optimizer
 
 
 class AdvanceSimulator(transformers.TrainerCallback):
@@ -83,18 +94,7 @@ def test_trainer_profiles_and_settles(
     tmp_path: Path, sim_gpus: Callable[..., object], set_calls: list[tuple[int, int]]
 ) -> None:
     gpus = sim_gpus("A40")
-    plo_cb = HFGlobalPowerLimitOptimizer(
-        WindowMonitor(gpus, [0]),
-        optimum_selector=ZeusCost(eta_knob=1.0),
-        wait_steps=0,
-        warmup_steps=1,
-        profile_steps=2,
-        pl_step=100,
-        profile_path=tmp_path / "profile.json",
-    )
-    train_tiny(tmp_path, plo_cb)
-
-    plo = plo_cb.optimizer
+    plo = train_tiny(tmp_path, gpus, pl_step=100)
     assert isinstance(plo.state, Done)
     assert [m.power_limit for m in plo.measurements] == [300, 200, 100]
     # Energy-optimal on the simulated A40's default curve, which the selector chose.
