@@ -545,21 +545,32 @@ fn run_on_sim(steps: &[EngineStep], model: &PowerModel, opts: LedgerOptions, see
     }
 }
 
+/// How much of the acceptance a run is held to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Check {
+    /// Everything: the weights within 5%, every request within its bound, those longer than
+    /// a second within 5% of the truth.
+    Full,
+    /// Every request within its bound.
+    Bounds,
+    /// Most requests within their bounds (random schedules, see below).
+    Coverage,
+}
+
 /// The acceptance on the simulated GPU: per-request energy within 5% of the truth
 /// for requests longer than 1 s and within its bound for all, the weights within 5%,
-/// conservation exact.
+/// conservation exact; conservation always, the rest as `check` says.
 ///
-/// With `strict` off (random schedules), conservation and the bounds' coverage are asserted:
-/// on some schedules decode and KV-cache work move together, and 40 s do not tell the KV
-/// weight within 5% (seen over 32 schedules: idle within 1%, prefill 12%, decode 7%, KV 36%,
-/// and 5% on 18 of them).
+/// Random schedules are held to conservation and the bounds' coverage: on some schedules
+/// decode and KV-cache work move together, and 40 s do not tell the KV weight within 5%
+/// (seen over 64 schedules: all weights within 5% on 48, KV off by more on 15, decode on 5).
 fn check_work_on_sim(
     seed: u64,
     rate: f64,
     batch: usize,
     prompt: (u32, u32),
     output: (u32, u32),
-    strict: bool,
+    check: Check,
 ) {
     let model = serving_model();
     let steps = engine(seed, 40.0, rate, prompt, output, batch);
@@ -575,7 +586,7 @@ fn check_work_on_sim(
     if std::env::var("SERVING_COVERAGE").is_ok() {
         eprintln!("seed {seed} rate {rate} batch {batch} {prompt:?} {output:?}: {w:?}");
     }
-    let within = |got: f64, want: f64| !strict || (got - want).abs() <= 0.05 * want;
+    let within = |got: f64, want: f64| check != Check::Full || (got - want).abs() <= 0.05 * want;
     assert!(within(w.idle_w, model.idle_w), "idle: {w:?}");
     assert!(within(w.prefill_j, model.a), "prefill: {w:?}");
     assert!(within(w.decode_j, model.b), "decode: {w:?}");
@@ -598,18 +609,18 @@ fn check_work_on_sim(
                 r.mean_batch
             );
         }
-        if strict {
+        if check != Check::Coverage {
             assert!(
                 err <= r.bound_j,
                 "seed {seed}: {r:?}: truth {want}, off by {err}"
             );
-            if r.finish - r.first_step > 1.0 {
-                assert!(err <= 0.05 * want, "seed {seed}: {r:?}: truth {want}");
-            }
+        }
+        if check == Check::Full && r.finish - r.first_step > 1.0 {
+            assert!(err <= 0.05 * want, "seed {seed}: {r:?}: truth {want}");
         }
     }
-    // Random schedules: most cover all; early or short requests in small batches miss a few
-    // (seen over 32 schedules: 94-100% covered, all on 24 of them).
+    // Random schedules: nearly all cover every request (seen over 64 schedules: 2 misses in
+    // about 13,000 requests, both on one schedule).
     let coverage = covered as f64 / run.records.len() as f64;
     if std::env::var("SERVING_COVERAGE").is_ok() {
         eprintln!(
@@ -626,7 +637,32 @@ fn check_work_on_sim(
 
 #[test]
 fn work_on_the_simulated_gpu_meets_the_acceptance() {
-    check_work_on_sim(11, 3.0, 32, (32, 1024), (32, 400), true);
+    check_work_on_sim(11, 3.0, 32, (32, 1024), (32, 400), Check::Full);
+}
+
+/// Schedules whose requests once missed their bounds, each for a reason in the measurement:
+/// a counter read straddling two publishes placed a whole period off by a prediction that
+/// the aliased power readings put further off than the publishes are apart (8499), and
+/// one-second spans whose edges fell among several steps inside one counter interval, where
+/// a prefill between two readings is in neither (895).
+#[test]
+fn schedules_that_once_missed_keep_every_request_within_its_bound() {
+    check_work_on_sim(
+        8499,
+        7.124_511_668_974_867_5,
+        24,
+        (16, 571),
+        (8, 318),
+        Check::Bounds,
+    );
+    check_work_on_sim(
+        895,
+        2.044_052_152_454_621_6,
+        31,
+        (16, 507),
+        (8, 156),
+        Check::Bounds,
+    );
 }
 
 proptest! {
@@ -641,7 +677,7 @@ proptest! {
         prompt_max in 64u32..1500,
         output_max in 16u32..500,
     ) {
-        check_work_on_sim(seed, rate, batch, (16, prompt_max), (8, output_max), false);
+        check_work_on_sim(seed, rate, batch, (16, prompt_max), (8, output_max), Check::Coverage);
     }
 }
 
@@ -665,5 +701,12 @@ fn diagnose_long_run() {
     let env = |k: &str, d: f64| std::env::var(k).map_or(d, |v| v.parse().unwrap());
     let (rate, batch) = (env("RATE", 8.0), env("BATCH", 4.0) as usize);
     let (prompt, output) = (env("PROMPT", 1500.0) as u32, env("OUTPUT", 500.0) as u32);
-    check_work_on_sim(seed, rate, batch, (16, prompt), (8, output), false);
+    check_work_on_sim(
+        seed,
+        rate,
+        batch,
+        (16, prompt),
+        (8, output),
+        Check::Coverage,
+    );
 }

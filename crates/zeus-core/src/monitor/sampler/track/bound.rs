@@ -123,6 +123,24 @@ impl Track {
             } else {
                 shape
             };
+            // Two window edges or more inside the interval (engine steps shorter than the
+            // counter's update): the load steps at each to levels no reading resolves (a
+            // 30 ms prefill between two readings 100 ms apart is not in either), and the one
+            // level solved from the counter does not say where in the interval the energy the
+            // readings do not explain was drawn: before `t` or after it. Nor, where the
+            // readings around do differ, at which of those levels the load was on either side
+            // of `t` (pinned by the anchors at both ends).
+            let shape = if self.hints_between(a.t, b.t) >= 2 {
+                let unexplained = (delta - self.model(a.t, b.t, None).0).abs();
+                let x = ((t - a.t) / (b.t - a.t)).clamp(0.0, 1.0);
+                let swing = self.reading_swing(a.t - self.period, b.t + self.period);
+                let near = (t - a.t).min(b.t - t).max(0.0);
+                shape
+                    .max(unexplained * (x * (1.0 - x)).sqrt())
+                    .max(swing * near / 3f64.sqrt())
+            } else {
+                shape
+            };
             // Where the load steps at this edge, anchors off by their timing error misplace
             // the step's energy.
             let step = if hinted {

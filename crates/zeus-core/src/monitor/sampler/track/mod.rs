@@ -604,6 +604,13 @@ impl Track {
         j.checked_sub(1).map(|k| self.hints[k]).filter(|&h| h > lo)
     }
 
+    /// How many window edges lie in `(lo, hi)` (of those kept: at most two a tick interval).
+    pub(super) fn hints_between(&self, lo: f64, hi: f64) -> usize {
+        let j = self.hints.partition_recent(|&h| h < hi);
+        let i = self.hints.partition_recent(|&h| h <= lo);
+        j.saturating_sub(i)
+    }
+
     /// Mark a window edge at `t`: the load probably changes there. Only the first and the last
     /// edge of a tick interval shape the model (the level between them is one unknown), so an
     /// interval keeps at most two: a tight loop of windows costs neither time nor memory.
