@@ -68,9 +68,17 @@ def median_us(loop: Callable[[int], None], n: int, repeat: int) -> float:
 
 def per_step(
     monitor: Any, method: str, batch: int, steps: int, repeat: int
-) -> tuple[float, float, float]:
-    """(loop + no-op, `end_step`, `begin_step` + `end_step`) µs per decode step of `batch`
-    requests, the last two less the first."""
+) -> tuple[float, float, float, float, float]:
+    """(loop + no-op, `end_step`, `begin_step` + `end_step`, the same asleep, two no-op calls
+    asleep) µs per decode step of `batch` requests; the second and third less the first, the
+    fourth less the fifth.
+
+    "Asleep": the median of single `begin_step` + `end_step` pairs, each after the thread
+    slept 5 ms, as an engine's thread that waits on the GPU between steps does. The thread
+    wakes with cold caches (and, in a VM, on a vCPU that was halted: two no-op Python calls
+    then take microseconds too, which the figure leaves out): closer to what a step costs in
+    an engine than a tight loop that keeps everything hot.
+    """
     from zeus.monitor.serving import EnergyLedger
 
     ids = [f"req-{i}" for i in range(batch)]
@@ -103,10 +111,24 @@ def per_step(
     base = median_us(base_loop, n, repeat)
     end = median_us(end_loop, n, repeat) - base
     both = median_us(both_loop, n, repeat) - base
+    asleep, asleep_noop = [], []
+    b, f = ledger.begin_step, ledger.end_step
+    for _ in range(200):
+        time.sleep(0.005)
+        t0 = time.perf_counter()
+        noop()
+        noop(*args)
+        asleep_noop.append(time.perf_counter() - t0)
+        time.sleep(0.005)
+        t0 = time.perf_counter()
+        b()
+        f(*args)
+        asleep.append(time.perf_counter() - t0)
     for rid in ids:
         ledger.finish(rid)
     ledger.close()
-    return base, end, both
+    wake = statistics.median(asleep_noop) * 1e6
+    return base, end, both, statistics.median(asleep) * 1e6 - wake, wake
 
 
 def step_costs(steps: int, repeat: int, method: str) -> None:
@@ -129,11 +151,15 @@ def step_costs(steps: int, repeat: int, method: str) -> None:
 
     print(f"\n(a) ledger cost per engine step, method={method!r}, median of {repeat} repeats")
     print(f"    bare monitor.cut_window: {cut_us:.2f} us")
-    print("    requests/step  loop+noop us  end_step us  begin+end us  per request ns")
+    print(
+        "    requests/step  loop+noop us  end_step us  begin+end us  per request ns"
+        "  asleep: begin+end us (no-op us)"
+    )
     for batch in BATCHES:
-        base, end, both = per_step(monitor, method, batch, steps, repeat)
+        base, end, both, asleep, wake = per_step(monitor, method, batch, steps, repeat)
         print(
             f"    {batch:13d}  {base:12.2f}  {end:11.2f}  {both:12.2f}  {both / batch * 1e3:14.0f}"
+            f"  {asleep:22.1f} ({wake:.1f})"
         )
 
 
