@@ -168,3 +168,57 @@ def test_records_reach_the_log_the_callback_and_the_aggregates(sim_gpus, tmp_pat
     agg = {(g.model, tuple(g.labels.items())): g for g in ledger.aggregates()}
     assert agg[("m", (("tenant", "x"),))].energy == a.energy
     assert agg[("other", ())].output_tokens == 7
+
+
+# A step: (seconds, [(request index, prefill, decode, kv)], indices of its requests that finish).
+reused_ids_strategy = st.lists(
+    st.tuples(
+        st.floats(0.01, 0.05),
+        st.lists(
+            st.tuples(
+                st.integers(0, 11), st.integers(0, 300), st.integers(0, 2), st.integers(0, 4000)
+            ),
+            max_size=12,
+            unique_by=lambda w: w[0],
+        ),
+        st.sets(st.integers(0, 11), max_size=3),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=reused_ids_strategy, method=st.sampled_from(["time", "tokens"]))
+def test_an_id_passed_again_as_the_same_object_is_the_same_request(sim_gpus, steps, method):
+    """`end_step` finds a request's slot by its `str` object's address when the engine passes
+    the same objects again (in any order, some gone, some new, an id reused by a new request
+    once the old one finished): the records are those of ids made anew for every call."""
+    sim_gpus("H100")
+    zeus.device.sim.set_power(0, IDLE_W)
+    monitor = ZeusMonitor(gpu_indices=[0])
+    same = EnergyLedger(monitor, method=method)  # the same objects every step
+    fresh = EnergyLedger(monitor, method=method)  # a new object for every id, every call
+    objects = [f"r{i}" for i in range(12)]
+    for seconds, work, finishing in steps:
+        zeus.device.sim.set_power(0, IDLE_W + (A * sum(w[1] for w in work)) / seconds)
+        zeus.device.sim.advance(seconds)
+        columns = ([w[1] for w in work], [w[2] for w in work], [w[3] for w in work])
+        same.end_step([objects[w[0]] for w in work], *columns)
+        anew = [f"r{w[0]}" for w in work]
+        assert not any(a is objects[w[0]] for a, w in zip(anew, work))
+        fresh.end_step(anew, *columns)
+        for i in sorted(finishing & {w[0] for w in work}):
+            same.finish(objects[i])
+            fresh.finish(f"r{i}")
+        zeus.device.sim.set_power(0, IDLE_W)
+        same.begin_step()
+        fresh.begin_step()
+    assert same.close() == fresh.close()
+    got, want = list(same.records), list(fresh.records)
+    assert [r.request_id for r in got] == [r.request_id for r in want]
+    assert [(r.energy, r.prefill_tokens, r.decode_tokens, r.finished) for r in got] == [
+        (r.energy, r.prefill_tokens, r.decode_tokens, r.finished) for r in want
+    ]

@@ -213,6 +213,8 @@ struct Slot {
     first_step: f64,
     finish: Option<(f64, Option<f64>)>,
     live: bool,
+    /// Which opening of a slot this is (`Ledger::opens` when it opened): a slot is reused.
+    opened: u64,
     /// Steps of this request measured but not yet attributed.
     pending: u32,
     /// The last step (sequence number) that named it: a step names a request once.
@@ -305,6 +307,8 @@ pub struct Ledger {
     /// When the model was last solved.
     refit_at: f64,
     weights: Option<Weights>,
+    /// Slots opened so far.
+    opens: u64,
 }
 
 impl Ledger {
@@ -351,6 +355,7 @@ impl Ledger {
             anchored: AnchoredFits::new(n_gpus),
             refit_at: f64::NEG_INFINITY,
             weights: None,
+            opens: 0,
         })
     }
 
@@ -416,6 +421,7 @@ impl Ledger {
             first_step: f64::NAN,
             finish: None,
             live: true,
+            opened: self.opens,
             pending: 0,
             last_step: u64::MAX,
             energy: 0.0,
@@ -446,7 +452,18 @@ impl Ledger {
             }
         };
         self.ids.insert(id.to_owned(), k);
+        self.opens += 1;
         k
+    }
+
+    /// Which opening of slot `k` holds an open request (`None`: none does). While it returns
+    /// the same value, the slot holds the same request: a caller that remembers a request's
+    /// slot with this value can skip looking its id up (`slot`).
+    pub fn open_slot_serial(&self, k: u32) -> Option<u64> {
+        self.slots
+            .get(k as usize)
+            .filter(|s| s.live && s.finish.is_none())
+            .map(|s| s.opened)
     }
 
     /// The slot of open request `id`, registering it (arrival now, group 0) if unknown.

@@ -11,6 +11,10 @@ use pyo3::types::{PySequence, PyString};
 
 static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
 
+/// How many of the last step's ids past the last one found `end_step` compares by address
+/// (requests that left since) before it looks the id up by its string.
+const KNOWN_LOOKAHEAD: usize = 8;
+
 /// What the monitor's sampler knows once it has settled.
 struct FromMonitor<'a>(&'a EnergyMonitor);
 
@@ -31,6 +35,16 @@ struct State {
     energy: Vec<f64>,
     bound: Vec<f64>,
     work: Vec<(u32, Work)>,
+    /// The last step's request ids in order, each with its slot and the slot's serial
+    /// (`Ledger::open_slot_serial`). An engine passes the same `str` objects step after step,
+    /// in the same order but for requests that left or joined, so an id is looked for by
+    /// address a few places on from the last one found: its slot without hashing the string
+    /// (with caches cold after the engine waited on the GPU, the lookups cost more than the
+    /// rest of a step of 256 requests). Holding the objects keeps their addresses from being
+    /// reused by other strings.
+    known: Vec<(Py<PyAny>, u32, u64)>,
+    /// The next step's, being built (kept for its allocation).
+    known_next: Vec<(Py<PyAny>, u32, u64)>,
     /// When the last cut was (the monitor's clock): each cut's end is the last one's plus the
     /// slice's time, exactly the instant the monitor evaluated, with no clock read of ours.
     edge: f64,
@@ -164,6 +178,8 @@ impl PyEnergyLedger {
                 energy: Vec::new(),
                 bound: Vec::new(),
                 work: Vec::new(),
+                known: Vec::new(),
+                known_next: Vec::new(),
                 edge: start,
             }),
             gpu_indices: indices,
@@ -235,18 +251,44 @@ impl PyEnergyLedger {
         let mut st = lock(&self.state);
         let st = &mut *st;
         st.work.clear();
+        let mut known = std::mem::take(&mut st.known);
+        let mut next = std::mem::take(&mut st.known_next);
+        next.clear();
+        let mut cursor = 0;
         for i in 0..n {
-            let id = ids.get_item(i)?;
-            let id = id.cast::<PyString>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "end_step: request ids must be str, got {}",
-                    id.get_type()
-                        .name()
-                        .map(|t| t.to_string())
-                        .unwrap_or_default()
-                ))
-            })?;
-            let slot = st.ledger.slot(id.to_str()?);
+            let item = ids.get_item(i)?;
+            let ptr = item.as_ptr();
+            let ahead = known.get(cursor..).unwrap_or_default();
+            let seen = ahead
+                .iter()
+                .take(KNOWN_LOOKAHEAD)
+                .position(|(obj, _, _)| obj.as_ptr() == ptr)
+                .and_then(|d| {
+                    let (_, k, serial) = ahead[d];
+                    cursor += d + 1;
+                    (st.ledger.open_slot_serial(k) == Some(serial)).then_some((k, serial))
+                });
+            let (slot, serial) = match seen {
+                Some(s) => s,
+                None => {
+                    let id = item.cast::<PyString>().map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "end_step: request ids must be str, got {}",
+                            item.get_type()
+                                .name()
+                                .map(|t| t.to_string())
+                                .unwrap_or_default()
+                        ))
+                    })?;
+                    let k = st.ledger.slot(id.to_str()?);
+                    let serial = st
+                        .ledger
+                        .open_slot_serial(k)
+                        .expect("a slot just looked up is open");
+                    (k, serial)
+                }
+            };
+            next.push((item.unbind(), slot, serial));
             st.work.push((
                 slot,
                 Work {
@@ -256,6 +298,9 @@ impl PyEnergyLedger {
                 },
             ));
         }
+        known.clear();
+        st.known = next;
+        st.known_next = known;
         st.cut_into_ledger(py, true)?;
         Ok(st.ledger.ready())
     }
