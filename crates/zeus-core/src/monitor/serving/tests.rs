@@ -551,9 +551,10 @@ enum Check {
     /// Everything: the weights within 5%, every request within its bound, those longer than
     /// a second within 5% of the truth.
     Full,
-    /// Every request within its bound.
+    /// Every request within its bound; the weights within 5% or three standard errors.
     Bounds,
-    /// Most requests within their bounds (random schedules, see below).
+    /// Most requests within their bounds (random schedules, see below); the weights as
+    /// `Bounds`.
     Coverage,
 }
 
@@ -561,9 +562,11 @@ enum Check {
 /// for requests longer than 1 s and within its bound for all, the weights within 5%,
 /// conservation exact; conservation always, the rest as `check` says.
 ///
-/// Random schedules are held to conservation and the bounds' coverage: on some schedules
-/// decode and KV-cache work move together, and 40 s do not tell the KV weight within 5%
-/// (seen over 64 schedules: all weights within 5% on 48, KV off by more on 15, decode on 5).
+/// Random schedules are held to conservation, the bounds' coverage, and each weight within
+/// 5% or within three of its reported standard errors: on some schedules decode and KV-cache
+/// work move together, and 40 s do not tell the KV weight within 5% (seen over 64 schedules:
+/// all weights within 5% on 48, KV off by more on 15, decode on 5; each of those weights had
+/// a standard error of 2.8% or more, and the largest error was 2.7 of them).
 fn check_work_on_sim(
     seed: u64,
     rate: f64,
@@ -586,11 +589,20 @@ fn check_work_on_sim(
     if std::env::var("SERVING_COVERAGE").is_ok() {
         eprintln!("seed {seed} rate {rate} batch {batch} {prompt:?} {output:?}: {w:?}");
     }
-    let within = |got: f64, want: f64| check != Check::Full || (got - want).abs() <= 0.05 * want;
-    assert!(within(w.idle_w, model.idle_w), "idle: {w:?}");
-    assert!(within(w.prefill_j, model.a), "prefill: {w:?}");
-    assert!(within(w.decode_j, model.b), "decode: {w:?}");
-    assert!(within(w.kv_w, model.c), "kv: {w:?}");
+    // Within 5%; where the schedule does not tell a weight that well, within three of the
+    // standard errors the fit reports for it (the records' bounds are built on those).
+    let truth = [model.idle_w, model.a, model.b, model.c];
+    for (k, name) in ["idle", "prefill", "decode", "kv"].into_iter().enumerate() {
+        let (got, want, se) = (w.as_array()[k], truth[k], w.std_err[k]);
+        let allowed = match check {
+            Check::Full => 0.05 * want,
+            Check::Bounds | Check::Coverage => (0.05 * want).max(3.0 * se),
+        };
+        assert!(
+            (got - want).abs() <= allowed,
+            "seed {seed}: {name} weight {got} vs {want} (standard error {se}): {w:?}"
+        );
+    }
     assert_eq!(run.records.len(), run.truth.len());
     let mut covered = 0;
     for r in &run.records {
