@@ -131,13 +131,20 @@ impl Track {
             // readings around do differ, at which of those levels the load was on either side
             // of `t` (pinned by the anchors at both ends).
             let shape = if self.hints_between(a.t, b.t) >= 2 {
-                let unexplained = (delta - self.model(a.t, b.t, None).0).abs();
+                let unexplained = delta - self.model(a.t, b.t, None).0;
                 let x = ((t - a.t) / (b.t - a.t)).clamp(0.0, 1.0);
                 let swing = self.reading_swing(a.t - self.period, b.t + self.period);
                 let near = (t - a.t).min(b.t - t).max(0.0);
+                // The solved level puts the unexplained energy where no reading was (between
+                // the edges); spread over the interval it would sit elsewhere. Where the two
+                // placements differ at `t` (a level past what the board draws, squeezed into
+                // a few milliseconds beside `t`), the energy at `t` lies anywhere between them.
+                let spread = self.model(a.t, t, None).0 + unexplained * x;
+                let placed = (delta * frac - spread).abs();
                 shape
-                    .max(unexplained * (x * (1.0 - x)).sqrt())
+                    .max(unexplained.abs() * (x * (1.0 - x)).sqrt())
                     .max(swing * near / 3f64.sqrt())
+                    .max(placed / 3f64.sqrt())
             } else {
                 shape
             };
