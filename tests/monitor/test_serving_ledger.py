@@ -16,18 +16,19 @@ from zeus.monitor.serving import EnergyLedger, RequestEnergy
 
 IDLE_W, A, B, C = 90.0, 0.012, 0.05, 0.002  # W, J/prefill token, J/decode token, W/KV token
 
-# A step: (seconds, [(request index, prefill tokens, decode tokens, kv tokens)]).
+
+def step_work(max_size: int) -> st.SearchStrategy[list[tuple[int, int, int, int]]]:
+    """A step's requests: [(request index 0-11, prefill tokens, decode tokens, kv tokens)]."""
+    return st.lists(
+        st.tuples(st.integers(0, 11), st.integers(0, 300), st.integers(0, 2), st.integers(0, 4000)),
+        max_size=max_size,
+        unique_by=lambda w: w[0],
+    )
+
+
+# A step: (seconds, its requests).
 steps_strategy = st.lists(
-    st.tuples(
-        st.floats(0.01, 0.05),
-        st.lists(
-            st.tuples(
-                st.integers(0, 11), st.integers(0, 300), st.integers(0, 2), st.integers(0, 4000)
-            ),
-            max_size=8,
-            unique_by=lambda w: w[0],
-        ),
-    ),
+    st.tuples(st.floats(0.01, 0.05), step_work(8)),
     min_size=1,
     max_size=60,
 )
@@ -170,19 +171,9 @@ def test_records_reach_the_log_the_callback_and_the_aggregates(sim_gpus, tmp_pat
     assert agg[("other", ())].output_tokens == 7
 
 
-# A step: (seconds, [(request index, prefill, decode, kv)], indices of its requests that finish).
+# A step: (seconds, its requests, indices of its requests that finish).
 reused_ids_strategy = st.lists(
-    st.tuples(
-        st.floats(0.01, 0.05),
-        st.lists(
-            st.tuples(
-                st.integers(0, 11), st.integers(0, 300), st.integers(0, 2), st.integers(0, 4000)
-            ),
-            max_size=12,
-            unique_by=lambda w: w[0],
-        ),
-        st.sets(st.integers(0, 11), max_size=3),
-    ),
+    st.tuples(st.floats(0.01, 0.05), step_work(12), st.sets(st.integers(0, 11), max_size=3)),
     min_size=1,
     max_size=40,
 )

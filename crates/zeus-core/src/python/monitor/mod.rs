@@ -54,15 +54,20 @@ fn warn(py: Python<'_>, messages: &[String]) -> PyResult<()> {
     Ok(())
 }
 
+/// The name of `obj`'s type, for an error message.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
 /// The `Gpus` behind a `zeus.device.GPUs` object.
 fn core_gpus(obj: &Bound<'_, PyAny>) -> PyResult<Gpus> {
     let g = obj.cast::<PyGpus>().map_err(|_| {
         PyValueError::new_err(format!(
             "expected a zeus.device.GPUs object, got {}",
-            obj.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
+            type_name(obj)
         ))
     })?;
     Ok(g.get().inner.clone())

@@ -274,10 +274,7 @@ impl PyEnergyLedger {
                     let id = item.cast::<PyString>().map_err(|_| {
                         PyTypeError::new_err(format!(
                             "end_step: request ids must be str, got {}",
-                            item.get_type()
-                                .name()
-                                .map(|t| t.to_string())
-                                .unwrap_or_default()
+                            type_name(&item)
                         ))
                     })?;
                     let k = st.ledger.slot(id.to_str()?);
