@@ -812,7 +812,7 @@ impl EnergyMonitor {
             Ok(self.cancelled())
         } else {
             self.check_gone()
-                .and_then(|_| self.close(key, &w, instant, exact, None))
+                .and_then(|_| self.close(key, &w, instant, exact, None, None))
         };
         if r.is_err() {
             self.windows.insert(k, w);
@@ -835,15 +835,77 @@ impl EnergyMonitor {
     /// # Errors
     /// As [`EnergyMonitor::end_window`]; on an error the window stays open, unchanged.
     pub fn cut_window(&mut self, key: &str) -> MonitorResult<WindowEnd> {
+        self.cut(key, None)
+    }
+
+    /// [`EnergyMonitor::cut_window`] at `at`, a moment that has passed since the window
+    /// began (on the monitor's clock): the slice `[start, at]`, and the window goes on from
+    /// `at`. Only a window whose every part the sampler's model can place after the fact can
+    /// be cut in the past ([`EnergyMonitor::can_cut_in_past`]): each GPU read from the cache,
+    /// no CPU (RAPL is read at the moment). A serving engine marks where a step begins with a
+    /// clock read and cuts there once the step has ended, with its caches warm, instead of
+    /// cutting twice with them cold.
+    ///
+    /// # Errors
+    /// `at` before the window began or after now, a window that cannot be cut in the past,
+    /// and as [`EnergyMonitor::cut_window`]; on an error the window stays open, unchanged.
+    pub fn cut_window_at(&mut self, key: &str, at: f64) -> MonitorResult<WindowEnd> {
+        self.cut(key, Some(at))
+    }
+
+    /// Whether window `key` is open and can be cut at a moment that has passed
+    /// ([`EnergyMonitor::cut_window_at`]).
+    pub fn can_cut_in_past(&self, key: &str) -> bool {
+        self.windows
+            .get(key)
+            .is_some_and(|w| self.placeable_after_the_fact(w))
+    }
+
+    /// Whether every part of `w` can be evaluated at any moment since it began: each GPU
+    /// from the sampler's cache, which it started from, and nothing read at the moment (no
+    /// CPU, no direct or power-monitor GPU).
+    fn placeable_after_the_fact(&self, w: &OpenWindow) -> bool {
+        self.cpu.is_none()
+            && self.own_power.is_none()
+            && w.safe_mj.is_empty()
+            && w.start_w.is_empty()
+            && w.cached_j.iter().enumerate().all(|(k, c)| {
+                !c.is_nan()
+                    && self
+                        .watched(k)
+                        .is_some_and(|wt| wt.with_track(|t| t.mode()) == Mode::Cached)
+            })
+    }
+
+    /// `cut_window` now, or at `at` (`cut_window_at`).
+    fn cut(&mut self, key: &str, at: Option<f64>) -> MonitorResult<WindowEnd> {
         let Some(w) = self.windows.remove(key) else {
             return Err(MonitorError::InvalidArg(format!(
                 "Measurement window '{key}' does not exist"
             )));
         };
+        let checked = match at {
+            None => Ok(()),
+            Some(t) if !(w.start..=self.gpus.now()).contains(&t) => {
+                Err(MonitorError::InvalidArg(format!(
+                    "Measurement window '{key}' cannot be cut at {t}: it began at {} and it is \
+                     {} now",
+                    w.start,
+                    self.gpus.now()
+                )))
+            }
+            Some(_) if !self.placeable_after_the_fact(&w) => {
+                Err(MonitorError::InvalidArg(format!(
+                    "Measurement window '{key}' cannot be cut in the past: only GPUs read from \
+                     the sampler's cache, and no CPU, can be measured after the fact"
+                )))
+            }
+            Some(_) => Ok(()),
+        };
         let mut next = None;
-        match self
-            .check_gone()
-            .and_then(|_| self.close(key, &w, None, false, Some(&mut next)))
+        match checked
+            .and_then(|_| self.check_gone())
+            .and_then(|_| self.close(key, &w, None, false, Some(&mut next), at))
         {
             Ok(end) => {
                 let next = next.expect("close reopens when asked to");
@@ -927,9 +989,9 @@ impl EnergyMonitor {
         p
     }
 
-    /// Close `w` now. With `next`, also the state a window opening at this very instant would
-    /// start from, made of the same end reads, so that consecutive slices add up to the whole
-    /// (`cut_window`).
+    /// Close `w` now, or at `at` (a window `placeable_after_the_fact`). With `next`, also the
+    /// state a window opening at that very instant would start from, made of the same end
+    /// reads, so that consecutive slices add up to the whole (`cut_window`).
     fn close(
         &mut self,
         key: &str,
@@ -937,10 +999,11 @@ impl EnergyMonitor {
         instant: Option<&InstantPower>,
         exact: bool,
         next: Option<&mut Option<OpenWindow>>,
+        at: Option<f64>,
     ) -> MonitorResult<WindowEnd> {
         let reopen = next.is_some();
         let start = w.start;
-        let end = self.gpus.now();
+        let end = at.unwrap_or_else(|| self.gpus.now());
         let time = end - start;
         let (mut end_zones_j, mut end_zones_u) = (Vec::new(), Vec::new());
         let (cpu_energy, dram_energy, cpu_bound, dram_bound) = match &self.cpu {

@@ -348,6 +348,75 @@ fn cut_slices_of_a_cached_gpu_add_up_to_the_truth_within_the_outer_bounds() {
     );
 }
 
+#[test]
+fn a_cut_in_the_past_splits_a_cached_window_where_the_load_changed() {
+    use crate::device::sim::{preset, SimCluster, SimConfig};
+    let c = SimCluster::new(SimConfig {
+        presets: vec![preset::find("H100").unwrap()],
+        ..SimConfig::default()
+    });
+    let dev = c.devices()[0].clone();
+    let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
+    let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
+    let clock = gpus.clock().clone();
+    let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+    m.begin_window("w").unwrap();
+    // The window starts from the cache once the sampler has a counter value.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !m.can_cut_in_past("w") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the window never read the cache"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        m.cut_window("w").unwrap();
+    }
+    let before = m.open_windows()[0].time;
+    dev.set_load(Load::Busy);
+    let e0 = dev.true_energy_j();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let mid = clock.now();
+    let e_mid = dev.true_energy_j();
+    dev.set_load(Load::Idle);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Neither before the window began nor in the future; the window stays as it was.
+    for bad in [before - 1.0, clock.now() + 10.0] {
+        let e = m.cut_window_at("w", bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("{bad}")), "{e}");
+    }
+    let first = m.cut_window_at("w", mid).unwrap().measurement;
+    let second = m.cut_window("w").unwrap().measurement;
+    let e1 = dev.true_energy_j();
+    assert!((first.time - (mid - before)).abs() < 1e-9);
+    assert_eq!(first.provenance[0].1.method, Method::CachedCounter);
+    // The busy stretch and the idle one, each against the truth (the first slice also holds
+    // the idle moments before the load started); real clock on a shared machine, as above.
+    let (busy, idle) = (e_mid - e0, e1 - e_mid);
+    for (slice, truth) in [(&first, busy), (&second, idle)] {
+        let (got, bound) = (slice.energy[0].1, slice.energy_bound[0].1);
+        assert!(
+            (got - truth).abs() < (0.10 * truth).max(1.5 * bound),
+            "{got} J ± {bound} vs {truth} J"
+        );
+    }
+    assert!(first.energy[0].1 > 1.5 * second.energy[0].1);
+}
+
+#[test]
+fn a_window_read_at_the_moment_cannot_be_cut_in_the_past() {
+    let (d, c, gpus) = counter_gpus(1);
+    let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+    m.begin_window("w").unwrap();
+    assert!(!m.can_cut_in_past("w") && !m.can_cut_in_past("other"));
+    d[0].counter.store(5_000, Ordering::SeqCst);
+    c.0.fetch_add(2, Ordering::SeqCst);
+    let e = m.cut_window_at("w", 101.0).unwrap_err().to_string();
+    assert!(e.contains("cannot be cut in the past"), "{e}");
+    // Nothing was lost: the window still holds all of it.
+    let whole = m.end_window("w", false, None).unwrap().measurement;
+    assert_eq!((whole.time, whole.energy[0].1), (2.0, 5.0));
+}
+
 proptest! {
     /// Cutting a window any number of times at any moments gives slices whose energies and
     /// times add up exactly to those of a window over the same span that was never cut.
