@@ -205,6 +205,7 @@ class EnergyLedger:
         span_s: float = 1.0,
         min_spans: int = 8,
         max_wait_s: float = 30.0,
+        defer_cuts: bool = True,
     ) -> None:
         """Start measuring.
 
@@ -223,6 +224,11 @@ class EnergyLedger:
             min_spans: `work`: spans needed before the model's weights are used; steps wait
                 until then (at most `max_wait_s`, then they are split by tokens).
             max_wait_s: `work`: see `min_spans`.
+            defer_cuts: Where the monitor's window can be cut after the fact (every GPU read
+                from the sampler's cache, no CPU in the monitor), the engine's calls only mark
+                their moments, measured together every few steps (`deferred_cuts`): a
+                fraction of the cost on the engine's thread, records up to a quarter second
+                later. `False`: every call cuts at once.
 
         Raises:
             ValueError: An unknown method, a bad span, or a monitor with no GPU.
@@ -233,7 +239,12 @@ class EnergyLedger:
         self.monitor = monitor
         self.model = model
         self._core = _core.monitor.EnergyLedger(
-            monitor, method=method, span_s=span_s, min_spans=min_spans, max_wait_s=max_wait_s
+            monitor,
+            method=method,
+            span_s=span_s,
+            min_spans=min_spans,
+            max_wait_s=max_wait_s,
+            defer=defer_cuts,
         )
         self.method: str = self._core.method
         self.gpu_indices: list[int] = list(self._core.gpu_indices)
@@ -278,7 +289,11 @@ class EnergyLedger:
         self._core.arrive(request_id, self._group(model, labels), at)
 
     def begin_step(self) -> None:
-        """An engine step begins: the energy since the last step ended goes to the residual."""
+        """An engine step begins: the energy since the last step ended goes to the residual.
+
+        With `deferred_cuts`, this only reads the clock: the window is cut at that moment
+        later.
+        """
         self._core.begin_step()
 
     def end_step(
@@ -364,6 +379,19 @@ class EnergyLedger:
             model, labels = self._groups.get(gid, (self.model, {}))
             out.append(Aggregate(model=model, labels=dict(labels), **g))
         return out
+
+    @property
+    def deferred_cuts(self) -> bool:
+        """Whether the engine's calls only mark their moments, measured every few steps.
+
+        `begin_step`, `end_step` and `finish` then record when they happened (and what the
+        step did), and the monitor's window is cut at those moments together, once 8 steps or
+        a quarter second have gone by, or when anything reads the ledger: the engine's thread
+        enters the monitor once every few steps instead of twice a step, with its caches
+        cold. Records are ready that much later. It needs `defer_cuts`, every GPU read from
+        the sampler's cache and no CPU in the monitor; otherwise every call cuts at once.
+        """
+        return self._core.deferred_cuts
 
     @property
     def open_requests(self) -> int:

@@ -24,10 +24,12 @@ mod anchored;
 pub mod fit;
 #[cfg(test)]
 mod tests;
+mod window;
 
 use rustc_hash::FxHashMap;
 
 pub use fit::{Features, Weights, WorkFit};
+pub use window::{FromMonitor, Tail, WindowLedger, MARK_BATCH, MARK_MAX_AGE_S};
 
 use super::{MonitorError, MonitorResult};
 use anchored::AnchoredFits;
@@ -392,6 +394,11 @@ impl Ledger {
     }
 
     /// Requests arrived and not yet reported.
+    /// The end of the last step or gap (s).
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
     pub fn open_requests(&self) -> usize {
         self.ids.len()
     }
@@ -468,13 +475,21 @@ impl Ledger {
 
     /// The slot of open request `id`, registering it (arrival now, group 0) if unknown.
     pub fn slot(&mut self, id: &str) -> u32 {
+        self.slot_arriving(id, self.now)
+    }
+
+    /// [`Ledger::slot`], registering an unknown request as arriving at `at` (at the latest:
+    /// a request arrived before the first step that names it began).
+    pub fn slot_arriving(&mut self, id: &str, at: f64) -> u32 {
         match self.ids.get(id) {
             Some(&k) => k,
-            None => {
-                let now = self.now;
-                self.open_slot(id, 0, now)
-            }
+            None => self.open_slot(id, 0, at),
         }
+    }
+
+    /// The slot of request `id` if it is open: arrived or named by a step, and not finished.
+    pub fn slot_of(&self, id: &str) -> Option<u32> {
+        self.ids.get(id).copied()
     }
 
     /// Request `id` finished at `at`, having generated `output_tokens` (None: counted from its
@@ -483,6 +498,21 @@ impl Ledger {
     /// # Errors
     /// An unknown or already finished request.
     pub fn finish(&mut self, id: &str, at: f64, output_tokens: Option<f64>) -> MonitorResult<()> {
+        let k = self.check_finish(id, output_tokens)?;
+        let s = &mut self.slots[k as usize];
+        s.finish = Some((at, output_tokens));
+        self.ids.remove(id);
+        if self.slots[k as usize].pending == 0 {
+            self.emit(k);
+        }
+        Ok(())
+    }
+
+    /// Check [`Ledger::finish`]'s arguments, changing nothing; the request's slot.
+    ///
+    /// # Errors
+    /// As [`Ledger::finish`].
+    pub fn check_finish(&self, id: &str, output_tokens: Option<f64>) -> MonitorResult<u32> {
         let Some(&k) = self.ids.get(id) else {
             return Err(MonitorError::InvalidArg(format!(
                 "request '{id}' is not open (never arrived, or already finished)"
@@ -495,13 +525,7 @@ impl Ledger {
                 )));
             }
         }
-        let s = &mut self.slots[k as usize];
-        s.finish = Some((at, output_tokens));
-        self.ids.remove(id);
-        if self.slots[k as usize].pending == 0 {
-            self.emit(k);
-        }
-        Ok(())
+        Ok(k)
     }
 
     /// A stretch with no request in it (idle, or the engine scheduling between steps), ending
@@ -540,39 +564,9 @@ impl Ledger {
     ) -> MonitorResult<()> {
         self.check_cut(&cut)?;
         let seq = self.step_seq;
-        let mut error = None;
-        for (k, w) in work {
-            let Some(s) = self.slots.get_mut(*k as usize).filter(|s| s.live) else {
-                error = Some(format!("request slot {k} is not open"));
-                break;
-            };
-            if s.finish.is_some() {
-                error = Some(format!(
-                    "request '{}' has finished: it cannot run in a later step",
-                    s.id
-                ));
-                break;
-            }
-            if let Err(e) = w.check(&s.id) {
-                error = Some(e.to_string());
-                break;
-            }
-            if s.last_step == seq {
-                error = Some(format!("request '{}' appears twice in one step", s.id));
-                break;
-            }
-            s.last_step = seq;
-        }
-        if let Some(e) = error {
-            // Undo the stamps set so far: nothing changed.
-            for (k, _) in work {
-                if let Some(s) = self.slots.get_mut(*k as usize) {
-                    if s.last_step == seq {
-                        s.last_step = u64::MAX - 1;
-                    }
-                }
-            }
-            return Err(MonitorError::InvalidArg(e));
+        if let Err(e) = self.stamp(work, seq) {
+            self.unstamp(work, seq);
+            return Err(e);
         }
         self.step_seq += 1;
         let start = end - cut.seconds;
@@ -602,6 +596,56 @@ impl Ledger {
             Method::Work => self.pend(cut, work),
         }
         Ok(())
+    }
+
+    /// Check a step's requests as [`Ledger::step_slots`] does, changing nothing: for a step
+    /// measured later (its cut taken after the fact), refused when it is reported.
+    ///
+    /// # Errors
+    /// As [`Ledger::step_slots`], but for the cut.
+    pub fn check_step(&mut self, work: &[(u32, Work)]) -> MonitorResult<()> {
+        let seq = self.step_seq;
+        let checked = self.stamp(work, seq);
+        self.unstamp(work, seq);
+        checked
+    }
+
+    /// Mark each of a step's requests as named by step `seq`, checking that each is open,
+    /// unfinished, named once and has valid work; stops at the first that is not.
+    fn stamp(&mut self, work: &[(u32, Work)], seq: u64) -> MonitorResult<()> {
+        for (k, w) in work {
+            let Some(s) = self.slots.get_mut(*k as usize).filter(|s| s.live) else {
+                return Err(MonitorError::InvalidArg(format!(
+                    "request slot {k} is not open"
+                )));
+            };
+            if s.finish.is_some() {
+                return Err(MonitorError::InvalidArg(format!(
+                    "request '{}' has finished: it cannot run in a later step",
+                    s.id
+                )));
+            }
+            w.check(&s.id)?;
+            if s.last_step == seq {
+                return Err(MonitorError::InvalidArg(format!(
+                    "request '{}' appears twice in one step",
+                    s.id
+                )));
+            }
+            s.last_step = seq;
+        }
+        Ok(())
+    }
+
+    /// Undo [`Ledger::stamp`]'s marks for step `seq`.
+    fn unstamp(&mut self, work: &[(u32, Work)], seq: u64) {
+        for (k, _) in work {
+            if let Some(s) = self.slots.get_mut(*k as usize) {
+                if s.last_step == seq {
+                    s.last_step = u64::MAX - 1;
+                }
+            }
+        }
     }
 
     fn check_cut(&self, cut: &Cut<'_>) -> MonitorResult<()> {

@@ -4,8 +4,10 @@
 
 use super::energy::PyZeusMonitor;
 use super::*;
-use crate::monitor::serving::{Cut, Ledger, LedgerOptions, Method as LedgerMethod, Settled, Work};
-use crate::monitor::EnergyMonitor;
+use crate::monitor::serving::{
+    Ledger, LedgerOptions, Method as LedgerMethod, Tail, WindowLedger, Work,
+};
+use crate::monitor::{EnergyMonitor, MonitorResult};
 use pyo3::exceptions::PyTypeError;
 use pyo3::types::{PySequence, PyString};
 
@@ -15,25 +17,10 @@ static NEXT_KEY: AtomicUsize = AtomicUsize::new(0);
 /// (requests that left since) before it looks the id up by its string.
 const KNOWN_LOOKAHEAD: usize = 8;
 
-/// What the monitor's sampler knows once it has settled.
-struct FromMonitor<'a>(&'a EnergyMonitor);
-
-impl Settled for FromMonitor<'_> {
-    fn energy(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)> {
-        self.0.settled_energy(t0, t1)
-    }
-    fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
-        self.0.anchors_after(k, after)
-    }
-}
-
 struct State {
-    ledger: Ledger,
+    window: WindowLedger,
     monitor: Py<PyZeusMonitor>,
-    key: String,
     open: bool,
-    energy: Vec<f64>,
-    bound: Vec<f64>,
     work: Vec<(u32, Work)>,
     /// The last step's request ids in order, each with its slot and the slot's serial
     /// (`Ledger::open_slot_serial`). An engine passes the same `str` objects step after step,
@@ -45,9 +32,6 @@ struct State {
     known: Vec<(Py<PyAny>, u32, u64)>,
     /// The next step's, being built (kept for its allocation).
     known_next: Vec<(Py<PyAny>, u32, u64)>,
-    /// When the last cut was (the monitor's clock): each cut's end is the last one's plus the
-    /// slice's time, exactly the instant the monitor evaluated, with no clock read of ours.
-    edge: f64,
 }
 
 /// Rust half of `zeus.monitor.serving.EnergyLedger`.
@@ -63,52 +47,44 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl State {
-    /// Cut the window and give the slice to the ledger, as a step of `self.work` (`as_step`)
-    /// or as a gap (residual), then fit what has settled: one lock of the monitor for all of
-    /// it. A step the ledger refuses still has its slice taken: it goes to the residual.
-    fn cut_into_ledger(&mut self, py: Python<'_>, as_step: bool) -> PyResult<()> {
+    /// Run `f` on the window and its monitor (one entry into the monitor), then warn with
+    /// the cuts' warnings.
+    fn with_window<R>(
+        &mut self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut WindowLedger, &mut EnergyMonitor) -> MonitorResult<(Vec<String>, R)>,
+    ) -> PyResult<R> {
         if !self.open {
             return Err(PyRuntimeError::new_err("the serving ledger is closed"));
         }
         let State {
-            ledger,
-            monitor,
-            key,
-            energy,
-            bound,
-            work,
-            edge,
-            ..
+            window, monitor, ..
         } = self;
-        let out = monitor.get().with_core(|m: &mut EnergyMonitor| {
-            let out = m.cut_window(key)?;
-            let slice = out.measurement;
-            energy.clear();
-            bound.clear();
-            energy.extend(slice.energy.iter().map(|(_, e)| e.max(0.0)));
-            bound.extend(slice.energy_bound.iter().map(|(_, b)| b.max(0.0)));
-            let seconds = slice.time.max(0.0);
-            *edge += seconds;
-            let cut = Cut {
-                seconds,
-                energy,
-                bound,
-            };
-            let step = if as_step {
-                ledger
-                    .step_slots(cut, *edge, work)
-                    .or_else(|e| ledger.gap(cut, *edge).and(Err(e)))
-            } else {
-                ledger.gap(cut, *edge)
-            };
-            ledger.settle(&mut FromMonitor(m));
-            Ok((out.warnings, step))
-        })?;
-        let (warnings, step) = out.py_err(py)?;
+        let out = monitor
+            .get()
+            .with_core(|m: &mut EnergyMonitor| f(window, m))?;
+        let (warnings, r) = out.py_err(py)?;
         if !warnings.is_empty() {
             warn(py, &warnings)?;
         }
-        step.py_err(py)
+        Ok(r)
+    }
+
+    /// Measure what is marked, then cut the window now as `tail` says (a step of
+    /// `self.work`; refused, its slice goes to the residual): `WindowLedger::measure`.
+    fn measure(&mut self, py: Python<'_>, tail: Tail) -> PyResult<()> {
+        let work = std::mem::take(&mut self.work);
+        let step = self.with_window(py, |w, m| w.measure(m, tail, &work));
+        self.work = work;
+        step?.py_err(py)
+    }
+
+    /// Measure what is marked, if anything is: before anything reads the ledger.
+    fn measure_marks(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.open && self.window.has_marks() {
+            self.measure(py, Tail::Nothing)?;
+        }
+        Ok(())
     }
 
     /// `at`, or now on the monitor's clock.
@@ -117,6 +93,71 @@ impl State {
             Some(t) => Ok(t),
             None => self.monitor.get().now(),
         }
+    }
+
+    /// `self.work` from a step's columns: each id's slot (registered if new, arriving at
+    /// `arrival`) and its work.
+    fn resolve(
+        &mut self,
+        ids: &Bound<'_, PySequence>,
+        prefill: &Bound<'_, PySequence>,
+        decode: &Bound<'_, PySequence>,
+        kv: &Bound<'_, PySequence>,
+        arrival: f64,
+    ) -> PyResult<()> {
+        self.work.clear();
+        let n = ids.len()?;
+        let mut known = std::mem::take(&mut self.known);
+        let mut next = std::mem::take(&mut self.known_next);
+        next.clear();
+        let ledger = self.window.ledger_mut();
+        let mut cursor = 0;
+        let resolved = (|| {
+            for i in 0..n {
+                let item = ids.get_item(i)?;
+                let ptr = item.as_ptr();
+                let ahead = known.get(cursor..).unwrap_or_default();
+                let seen = ahead
+                    .iter()
+                    .take(KNOWN_LOOKAHEAD)
+                    .position(|(obj, _, _)| obj.as_ptr() == ptr)
+                    .and_then(|d| {
+                        let (_, k, serial) = ahead[d];
+                        cursor += d + 1;
+                        (ledger.open_slot_serial(k) == Some(serial)).then_some((k, serial))
+                    });
+                let (slot, serial) = match seen {
+                    Some(s) => s,
+                    None => {
+                        let id = item.cast::<PyString>().map_err(|_| {
+                            PyTypeError::new_err(format!(
+                                "end_step: request ids must be str, got {}",
+                                type_name(&item)
+                            ))
+                        })?;
+                        let k = ledger.slot_arriving(id.to_str()?, arrival);
+                        let serial = ledger
+                            .open_slot_serial(k)
+                            .expect("a slot just looked up is open");
+                        (k, serial)
+                    }
+                };
+                next.push((item.unbind(), slot, serial));
+                self.work.push((
+                    slot,
+                    Work {
+                        prefill: prefill.get_item(i)?.extract()?,
+                        decode: decode.get_item(i)?.extract()?,
+                        kv: kv.get_item(i)?.extract()?,
+                    },
+                ));
+            }
+            Ok(())
+        })();
+        known.clear();
+        self.known = next;
+        self.known_next = known;
+        resolved
     }
 }
 
@@ -132,7 +173,9 @@ fn dict_of<'py>(py: Python<'py>, pairs: &[(&str, f64)]) -> PyResult<Bound<'py, P
 impl PyEnergyLedger {
     /// Open a window on `monitor` (a `ZeusMonitor`) that every step cuts.
     #[new]
-    #[pyo3(signature = (monitor, method = "work", span_s = 1.0, min_spans = 8, max_wait_s = 30.0))]
+    #[pyo3(signature = (
+        monitor, method = "work", span_s = 1.0, min_spans = 8, max_wait_s = 30.0, defer = true
+    ))]
     fn new(
         py: Python<'_>,
         monitor: Py<PyZeusMonitor>,
@@ -140,6 +183,7 @@ impl PyEnergyLedger {
         span_s: f64,
         min_spans: usize,
         max_wait_s: f64,
+        defer: bool,
     ) -> PyResult<Self> {
         let method = LedgerMethod::parse(method).py_err(py)?;
         let (indices, now) = monitor.get().indices_and_now()?;
@@ -159,28 +203,18 @@ impl PyEnergyLedger {
             "__zeus_serving_ledger_{}__",
             NEXT_KEY.fetch_add(1, Ordering::Relaxed)
         );
-        let start = monitor
+        let window = monitor
             .get()
-            .with_core(|m: &mut EnergyMonitor| {
-                m.begin_window(&key)?;
-                Ok(m.open_windows()
-                    .into_iter()
-                    .find(|w| w.key == key)
-                    .map_or(now, |w| w.time))
-            })?
+            .with_core(|m: &mut EnergyMonitor| WindowLedger::open(m, key, ledger, defer))?
             .py_err(py)?;
         Ok(PyEnergyLedger {
             state: Mutex::new(State {
-                ledger,
+                window,
                 monitor,
-                key,
                 open: true,
-                energy: Vec::new(),
-                bound: Vec::new(),
                 work: Vec::new(),
                 known: Vec::new(),
                 known_next: Vec::new(),
-                edge: start,
             }),
             gpu_indices: indices,
             method: method.name(),
@@ -197,9 +231,17 @@ impl PyEnergyLedger {
         self.gpu_indices.clone()
     }
 
+    /// Whether steps and finishes are marked and measured every few steps
+    /// (`WindowLedger`: every GPU read from the sampler's cache, no CPU in the monitor), as of
+    /// the last cut.
+    #[getter]
+    fn deferred_cuts(&self) -> bool {
+        lock(&self.state).window.deferred()
+    }
+
     /// The id of aggregate group `name` (created on first use).
     fn group(&self, name: &str) -> u32 {
-        lock(&self.state).ledger.group(name)
+        lock(&self.state).window.ledger_mut().group(name)
     }
 
     /// Request `request_id` arrived (at `at`, default now), in group `group`.
@@ -213,13 +255,30 @@ impl PyEnergyLedger {
     ) -> PyResult<()> {
         let mut st = lock(&self.state);
         let at = st.at_or_now(at)?;
-        st.ledger.arrive(request_id, group, at).py_err(py)
+        // The same id again once its finish is measured: a new request.
+        let ledger = st.window.ledger();
+        if ledger
+            .slot_of(request_id)
+            .is_some_and(|k| st.window.finishing(k))
+        {
+            st.measure_marks(py)?;
+        }
+        st.window
+            .ledger_mut()
+            .arrive(request_id, group, at)
+            .py_err(py)
     }
 
     /// A step begins: the energy since the last step ended (idle, scheduling) goes to the
     /// residual.
     fn begin_step(&self, py: Python<'_>) -> PyResult<()> {
-        lock(&self.state).cut_into_ledger(py, false)
+        let mut st = lock(&self.state);
+        if st.window.deferred() && st.open {
+            let now = st.monitor.get().now()?;
+            st.window.mark_begin(now);
+            return Ok(());
+        }
+        st.measure(py, Tail::Gap)
     }
 
     /// A step ended: its energy (since the step began, or since the last step ended) goes to
@@ -250,56 +309,26 @@ impl PyEnergyLedger {
         }
         let mut st = lock(&self.state);
         let st = &mut *st;
-        st.work.clear();
-        let mut known = std::mem::take(&mut st.known);
-        let mut next = std::mem::take(&mut st.known_next);
-        next.clear();
-        let mut cursor = 0;
-        for i in 0..n {
-            let item = ids.get_item(i)?;
-            let ptr = item.as_ptr();
-            let ahead = known.get(cursor..).unwrap_or_default();
-            let seen = ahead
-                .iter()
-                .take(KNOWN_LOOKAHEAD)
-                .position(|(obj, _, _)| obj.as_ptr() == ptr)
-                .and_then(|d| {
-                    let (_, k, serial) = ahead[d];
-                    cursor += d + 1;
-                    (st.ledger.open_slot_serial(k) == Some(serial)).then_some((k, serial))
-                });
-            let (slot, serial) = match seen {
-                Some(s) => s,
-                None => {
-                    let id = item.cast::<PyString>().map_err(|_| {
-                        PyTypeError::new_err(format!(
-                            "end_step: request ids must be str, got {}",
-                            type_name(&item)
-                        ))
-                    })?;
-                    let k = st.ledger.slot(id.to_str()?);
-                    let serial = st
-                        .ledger
-                        .open_slot_serial(k)
-                        .expect("a slot just looked up is open");
-                    (k, serial)
-                }
-            };
-            next.push((item.unbind(), slot, serial));
-            st.work.push((
-                slot,
-                Work {
-                    prefill: prefill.get_item(i)?.extract()?,
-                    decode: decode.get_item(i)?.extract()?,
-                    kv: kv.get_item(i)?.extract()?,
-                },
-            ));
+        if !(st.window.deferred() && st.open) {
+            let arrival = st.window.ledger().now();
+            st.resolve(ids, prefill, decode, kv, arrival)?;
+            st.measure(py, Tail::Step)?;
+            return Ok(st.window.ledger().ready());
         }
-        known.clear();
-        st.known = next;
-        st.known_next = known;
-        st.cut_into_ledger(py, true)?;
-        Ok(st.ledger.ready())
+        let now = st.monitor.get().now()?;
+        st.resolve(ids, prefill, decode, kv, now)?;
+        if st.window.names_finishing(&st.work) {
+            // A request whose finish waits to be measured: finish it first, and look the ids
+            // up again (the same id after its finish is a new request).
+            st.measure_marks(py)?;
+            st.resolve(ids, prefill, decode, kv, now)?;
+        }
+        let marked = st.window.mark_step(now, &st.work);
+        if st.window.due(now) {
+            st.measure(py, Tail::Nothing)?;
+        }
+        marked.py_err(py)?;
+        Ok(st.window.ledger().ready())
     }
 
     /// Request `request_id` finished (at `at`, default now), having generated
@@ -314,13 +343,27 @@ impl PyEnergyLedger {
     ) -> PyResult<usize> {
         let mut st = lock(&self.state);
         let at = st.at_or_now(at)?;
-        st.ledger.finish(request_id, at, output_tokens).py_err(py)?;
-        Ok(st.ledger.ready())
+        if st.window.deferred() && st.open {
+            st.window
+                .mark_finish(request_id, at, output_tokens)
+                .py_err(py)?;
+        } else {
+            st.measure_marks(py)?;
+            st.window
+                .ledger_mut()
+                .finish(request_id, at, output_tokens)
+                .py_err(py)?;
+        }
+        Ok(st.window.ledger().ready())
     }
 
     /// The records ready since the last call: one dict per request.
     fn take_records<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let records = lock(&self.state).ledger.take_records();
+        let records = {
+            let mut st = lock(&self.state);
+            st.measure_marks(py)?;
+            st.window.ledger_mut().take_records()
+        };
         records
             .into_iter()
             .map(|r| {
@@ -358,17 +401,17 @@ impl PyEnergyLedger {
     /// Attribute what waits (with the weights fitted so far, else by tokens); with
     /// `include_open`, also report requests that have not finished.
     #[pyo3(signature = (include_open = false))]
-    fn flush(&self, include_open: bool) -> PyResult<()> {
-        let mut st = lock(&self.state);
-        let st = &mut *st;
-        let monitor = st.monitor.get();
-        monitor
-            .with_core(|m: &mut EnergyMonitor| st.ledger.flush(include_open, &mut FromMonitor(m)))
+    fn flush(&self, py: Python<'_>, include_open: bool) -> PyResult<()> {
+        lock(&self.state).with_window(py, |w, m| Ok((w.flush(m, include_open)?, ())))
     }
 
     /// Energy totals, J: `measured == requests + residual + pending`.
     fn totals<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let t = lock(&self.state).ledger.totals();
+        let t = {
+            let mut st = lock(&self.state);
+            st.measure_marks(py)?;
+            st.window.ledger().totals()
+        };
         let d = dict_of(
             py,
             &[
@@ -386,7 +429,12 @@ impl PyEnergyLedger {
 
     /// The `work` model's fitted weights, or None.
     fn weights<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(w) = lock(&self.state).ledger.weights() else {
+        let weights = {
+            let mut st = lock(&self.state);
+            st.measure_marks(py)?;
+            st.window.ledger().weights()
+        };
+        let Some(w) = weights else {
             return Ok(None);
         };
         let d = dict_of(
@@ -407,7 +455,11 @@ impl PyEnergyLedger {
 
     /// Every aggregate group: `[(name, totals)]`, finished requests only.
     fn groups<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, Bound<'py, PyDict>)>> {
-        let groups = lock(&self.state).ledger.groups().to_vec();
+        let groups = {
+            let mut st = lock(&self.state);
+            st.measure_marks(py)?;
+            st.window.ledger().groups().to_vec()
+        };
         groups
             .into_iter()
             .map(|(name, g)| {
@@ -429,8 +481,10 @@ impl PyEnergyLedger {
     }
 
     /// Requests arrived and not yet reported.
-    fn open_requests(&self) -> usize {
-        lock(&self.state).ledger.open_requests()
+    fn open_requests(&self, py: Python<'_>) -> PyResult<usize> {
+        let mut st = lock(&self.state);
+        st.measure_marks(py)?;
+        Ok(st.window.ledger().open_requests())
     }
 
     /// Stop: the energy since the last step goes to the residual, everything is attributed,
@@ -440,18 +494,8 @@ impl PyEnergyLedger {
         if !st.open {
             return Ok(());
         }
-        st.cut_into_ledger(py, false)?;
-        let st = &mut *st;
-        let ledger = &mut st.ledger;
-        st.monitor
-            .get()
-            .with_core(|m: &mut EnergyMonitor| ledger.flush(true, &mut FromMonitor(m)))?;
+        st.with_window(py, |w, m| Ok((w.close(m)?, ())))?;
         st.open = false;
-        let key = st.key.clone();
-        st.monitor
-            .get()
-            .with_core(|m: &mut EnergyMonitor| m.end_window(&key, true, None))?
-            .py_err(py)?;
         Ok(())
     }
 }

@@ -1,0 +1,584 @@
+//! A [`Ledger`] fed by one window of an [`EnergyMonitor`], cut at every engine step.
+//!
+//! Where the window can be cut after the fact ([`EnergyMonitor::can_cut_in_past`]: every GPU
+//! read from the sampler's cache), the engine's calls only mark the moments (a step's start,
+//! its end with its requests, a request's finish), and the marks are measured together once
+//! [`MARK_BATCH`] steps or [`MARK_MAX_AGE_S`] have gone by, or when anything reads the ledger.
+//! The engine's thread wakes from waiting on the GPU with its caches cold, where entering the
+//! monitor costs ten times what it does warm: it now does so once every few steps, not twice
+//! a step. Each piece is cut at the moment it was marked, so the energies are those of the
+//! same instants (evaluated with what the sampler learned since, which only helps); records
+//! are ready up to a batch later.
+//!
+//! Elsewhere (direct counter reads, CPUs in the monitor) every call cuts at once.
+
+use super::{Cut, Ledger, Settled, Work};
+use crate::monitor::{EnergyMonitor, Measurement, MonitorError, MonitorResult};
+
+/// Steps marked before they are measured together.
+pub const MARK_BATCH: usize = 8;
+/// The longest a mark waits to be measured (s): records and the `work` fit stay that fresh.
+pub const MARK_MAX_AGE_S: f64 = 0.25;
+
+/// What the sampler knows once it has settled, from the monitor.
+pub struct FromMonitor<'a>(pub &'a EnergyMonitor);
+
+impl Settled for FromMonitor<'_> {
+    fn energy(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)> {
+        self.0.settled_energy(t0, t1)
+    }
+    fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
+        self.0.anchors_after(k, after)
+    }
+}
+
+/// A call of the engine's, marked to be measured later.
+#[derive(Debug, Clone)]
+enum Mark {
+    /// A piece of the window ends at `at`: a gap (the residual's), or a step whose requests
+    /// are `marked_work[from..to]`.
+    Piece {
+        at: f64,
+        work: Option<(usize, usize)>,
+    },
+    /// A request finished.
+    Finish {
+        id: String,
+        at: f64,
+        output_tokens: Option<f64>,
+    },
+}
+
+/// What the cut taken now, after the marks, is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// No cut now: only the marks are measured.
+    Nothing,
+    /// A gap: the residual's.
+    Gap,
+    /// A step of the requests given.
+    Step,
+}
+
+/// A ledger on a monitor window. See the module docs.
+#[derive(Debug)]
+pub struct WindowLedger {
+    ledger: Ledger,
+    key: String,
+    /// When the window was last cut (the monitor's clock): each cut's end is the last one's
+    /// plus the slice's time, exactly the instant the monitor evaluated.
+    edge: f64,
+    /// Whether calls may mark (else every call cuts at once).
+    may_defer: bool,
+    /// Whether calls mark: they may, and the window can be cut in the past as of the last cut.
+    defer: bool,
+    marks: Vec<Mark>,
+    marked_work: Vec<(u32, Work)>,
+    marked_steps: usize,
+    /// Slots of requests whose finish is marked and not yet measured.
+    finishing: Vec<u32>,
+    energy: Vec<f64>,
+    bound: Vec<f64>,
+}
+
+impl WindowLedger {
+    /// Open window `key` on `m` for `ledger`; with `may_defer`, calls mark where they can
+    /// (see the module docs), else every call cuts at once.
+    ///
+    /// # Errors
+    /// The window cannot be opened (a window of that name is open, a device error).
+    pub fn open(
+        m: &mut EnergyMonitor,
+        key: String,
+        ledger: Ledger,
+        may_defer: bool,
+    ) -> MonitorResult<Self> {
+        m.begin_window(&key)?;
+        let edge = m
+            .open_windows()
+            .into_iter()
+            .find(|w| w.key == key)
+            .map_or(f64::NAN, |w| w.time);
+        Ok(WindowLedger {
+            ledger,
+            may_defer,
+            defer: may_defer && m.can_cut_in_past(&key),
+            key,
+            edge,
+            marks: Vec::new(),
+            marked_work: Vec::new(),
+            marked_steps: 0,
+            finishing: Vec::new(),
+            energy: Vec::new(),
+            bound: Vec::new(),
+        })
+    }
+
+    /// The window's name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The ledger (measured up to the last [`WindowLedger::measure`]).
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// The ledger, to register requests and look their slots up.
+    pub fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.ledger
+    }
+
+    /// Whether calls mark instead of cutting (as of the last cut).
+    pub fn deferred(&self) -> bool {
+        self.defer
+    }
+
+    /// Whether marks wait to be measured.
+    pub fn has_marks(&self) -> bool {
+        !self.marks.is_empty()
+    }
+
+    /// Whether the marks are due to be measured at `now`.
+    pub fn due(&self, now: f64) -> bool {
+        self.marked_steps >= MARK_BATCH
+            || self.marks.first().is_some_and(|m| match m {
+                Mark::Piece { at, .. } | Mark::Finish { at, .. } => now - at >= MARK_MAX_AGE_S,
+            })
+    }
+
+    /// Whether request slot `k` has a finish marked and not yet measured: a step naming it,
+    /// or the same id arriving again, waits until the marks are measured.
+    pub fn finishing(&self, k: u32) -> bool {
+        self.finishing.contains(&k)
+    }
+
+    /// Whether any of `work`'s slots is [`WindowLedger::finishing`].
+    pub fn names_finishing(&self, work: &[(u32, Work)]) -> bool {
+        !self.finishing.is_empty() && work.iter().any(|(k, _)| self.finishing(*k))
+    }
+
+    /// A step begins at `at` (deferred): the window is cut there when the marks are measured.
+    pub fn mark_begin(&mut self, at: f64) {
+        self.marks.push(Mark::Piece { at, work: None });
+    }
+
+    /// A step of `work` ended at `at` (deferred). Checked now, measured later.
+    ///
+    /// # Errors
+    /// As [`Ledger::check_step`]; the step is then marked as a gap, its energy the residual's.
+    pub fn mark_step(&mut self, at: f64, work: &[(u32, Work)]) -> MonitorResult<()> {
+        let checked = self.ledger.check_step(work);
+        let range = checked.is_ok().then(|| {
+            let from = self.marked_work.len();
+            self.marked_work.extend_from_slice(work);
+            (from, self.marked_work.len())
+        });
+        self.marks.push(Mark::Piece { at, work: range });
+        self.marked_steps += 1;
+        checked
+    }
+
+    /// Request `id` finished at `at` (deferred). Checked now, applied when measured.
+    ///
+    /// # Errors
+    /// As [`Ledger::finish`]; a finish already marked.
+    pub fn mark_finish(
+        &mut self,
+        id: &str,
+        at: f64,
+        output_tokens: Option<f64>,
+    ) -> MonitorResult<()> {
+        let k = self.ledger.check_finish(id, output_tokens)?;
+        if self.finishing(k) {
+            return Err(MonitorError::InvalidArg(format!(
+                "request '{id}' is not open (never arrived, or already finished)"
+            )));
+        }
+        self.finishing.push(k);
+        self.marks.push(Mark::Finish {
+            id: id.to_owned(),
+            at,
+            output_tokens,
+        });
+        Ok(())
+    }
+
+    /// Measure the marks, then cut now as `tail` says (a step of `work`), and fit what has
+    /// settled: one entry into the monitor for all of it. Returns the cuts' warnings and the
+    /// tail step's outcome: a step the ledger refuses still has its slice taken, as a gap.
+    ///
+    /// A mark that can no longer be cut at its moment (the sampler left its cached mode)
+    /// gets its share by time of one cut now, with a bound that allows the whole cut.
+    ///
+    /// # Errors
+    /// A device error cutting the window: the marks not yet measured stay, and so does the
+    /// window.
+    pub fn measure(
+        &mut self,
+        m: &mut EnergyMonitor,
+        tail: Tail,
+        work: &[(u32, Work)],
+    ) -> MonitorResult<(Vec<String>, MonitorResult<()>)> {
+        let mut warnings = Vec::new();
+        let marks = std::mem::take(&mut self.marks);
+        let mut marked_work = std::mem::take(&mut self.marked_work);
+        let mut done = 0;
+        let mut placeable = true;
+        for mark in &marks {
+            match mark {
+                Mark::Finish {
+                    id,
+                    at,
+                    output_tokens,
+                } => {
+                    // Checked when marked; nothing since can have finished it.
+                    let _ = self.ledger.finish(id, *at, *output_tokens);
+                }
+                Mark::Piece { at, work: range } => match m.cut_window_at(&self.key, *at) {
+                    Ok(out) => {
+                        warnings.extend(out.warnings);
+                        let seconds = self.take(&out.measurement);
+                        self.edge += seconds;
+                        let work = range.map_or(&[][..], |(a, b)| &marked_work[a..b]);
+                        // Checked when marked: a refusal now can only be the cut's, and the
+                        // slice then goes to the residual.
+                        let _ = self.feed(seconds, work);
+                    }
+                    Err(MonitorError::InvalidArg(_)) => {
+                        placeable = false;
+                        break;
+                    }
+                    Err(e) => {
+                        self.marks = marks[done..].to_vec();
+                        self.marked_work = marked_work;
+                        return Err(e);
+                    }
+                },
+            }
+            done += 1;
+        }
+        let step = if placeable {
+            match tail {
+                Tail::Nothing => Ok(()),
+                Tail::Gap | Tail::Step => {
+                    let out = match m.cut_window(&self.key) {
+                        Ok(out) => out,
+                        Err(e) => {
+                            self.marks = marks[done..].to_vec();
+                            self.marked_work = marked_work;
+                            return Err(e);
+                        }
+                    };
+                    warnings.extend(out.warnings);
+                    let seconds = self.take(&out.measurement);
+                    self.edge += seconds;
+                    self.feed(seconds, if tail == Tail::Step { work } else { &[] })
+                }
+            }
+        } else {
+            let out = match m.cut_window(&self.key) {
+                Ok(out) => out,
+                Err(e) => {
+                    self.marks = marks[done..].to_vec();
+                    self.marked_work = marked_work;
+                    return Err(e);
+                }
+            };
+            warnings.extend(out.warnings);
+            self.split_by_time(&out.measurement, &marks[done..], &marked_work, tail, work)
+        };
+        marked_work.clear();
+        self.marked_work = marked_work;
+        self.marked_steps = 0;
+        self.finishing.clear();
+        self.ledger.settle(&mut FromMonitor(m));
+        self.defer = self.may_defer && m.can_cut_in_past(&self.key);
+        Ok((warnings, step))
+    }
+
+    /// Measure the marks, then attribute everything that waits ([`Ledger::flush`]).
+    ///
+    /// # Errors
+    /// As [`WindowLedger::measure`].
+    pub fn flush(
+        &mut self,
+        m: &mut EnergyMonitor,
+        include_open: bool,
+    ) -> MonitorResult<Vec<String>> {
+        let (warnings, _) = self.measure(m, Tail::Nothing, &[])?;
+        self.ledger.flush(include_open, &mut FromMonitor(m));
+        Ok(warnings)
+    }
+
+    /// Stop: the marks are measured, the energy since the last one goes to the residual,
+    /// everything is attributed, open requests are reported as unfinished, and the window is
+    /// closed.
+    ///
+    /// # Errors
+    /// As [`WindowLedger::measure`]; the window then stays open.
+    pub fn close(&mut self, m: &mut EnergyMonitor) -> MonitorResult<Vec<String>> {
+        let (warnings, _) = self.measure(m, Tail::Gap, &[])?;
+        self.ledger.flush(true, &mut FromMonitor(m));
+        m.end_window(&self.key, true, None)?;
+        Ok(warnings)
+    }
+
+    /// A slice's energy and bound per GPU into `energy` and `bound`; its time.
+    fn take(&mut self, slice: &Measurement) -> f64 {
+        take_slice(slice, &mut self.energy, &mut self.bound)
+    }
+
+    /// Give the slice in `energy` and `bound` to the ledger: a step of `work`, or a gap when
+    /// it is empty. A refused step goes to the residual.
+    fn feed(&mut self, seconds: f64, work: &[(u32, Work)]) -> MonitorResult<()> {
+        let cut = Cut {
+            seconds,
+            energy: &self.energy,
+            bound: &self.bound,
+        };
+        if work.is_empty() {
+            self.ledger.gap(cut, self.edge)
+        } else {
+            self.ledger
+                .step_slots(cut, self.edge, work)
+                .or_else(|e| self.ledger.gap(cut, self.edge).and(Err(e)))
+        }
+    }
+
+    /// `slice` (from the last cut to now) split among the pieces of `marks` and the tail (or,
+    /// with no tail, a gap up to now) by their share of its time; finishes in their order.
+    /// Any piece may hold anything up to the whole slice's energy: its bound says so.
+    fn split_by_time(
+        &mut self,
+        slice: &Measurement,
+        marks: &[Mark],
+        marks_work: &[(u32, Work)],
+        tail: Tail,
+        work: &[(u32, Work)],
+    ) -> MonitorResult<()> {
+        let (mut whole_e, mut whole_b) = (Vec::new(), Vec::new());
+        let seconds = take_slice(slice, &mut whole_e, &mut whole_b);
+        let end = self.edge + seconds;
+        let mut given = vec![0.0; whole_e.len()];
+        let mut piece = |wl: &mut WindowLedger, at: f64, work: &[(u32, Work)], last: bool| {
+            let at = at.clamp(wl.edge, end);
+            let share = if seconds > 0.0 {
+                (at - wl.edge) / seconds
+            } else {
+                0.0
+            };
+            wl.energy.clear();
+            wl.bound.clear();
+            for g in 0..whole_e.len() {
+                let e = if last {
+                    whole_e[g] - given[g]
+                } else {
+                    whole_e[g] * share
+                };
+                given[g] += e;
+                wl.energy.push(e.max(0.0));
+                wl.bound.push(whole_b[g] * share + whole_e[g]);
+            }
+            let piece_s = at - wl.edge;
+            wl.edge = at;
+            wl.feed(piece_s, work)
+        };
+        for mark in marks {
+            match mark {
+                Mark::Finish {
+                    id,
+                    at,
+                    output_tokens,
+                } => {
+                    let _ = self.ledger.finish(id, *at, *output_tokens);
+                }
+                Mark::Piece { at, work: range } => {
+                    let w = range.map_or(&[][..], |(a, b)| &marks_work[a..b]);
+                    let _ = piece(self, *at, w, false);
+                }
+            }
+        }
+        let w = if tail == Tail::Step { work } else { &[] };
+        piece(self, end, w, true)
+    }
+}
+
+/// A slice's energy and bound per GPU into `energy` and `bound` (cleared first); its time.
+fn take_slice(slice: &Measurement, energy: &mut Vec<f64>, bound: &mut Vec<f64>) -> f64 {
+    energy.clear();
+    bound.clear();
+    energy.extend(slice.energy.iter().map(|(_, e)| e.max(0.0)));
+    bound.extend(slice.energy_bound.iter().map(|(_, b)| b.max(0.0)));
+    slice.time.max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::sim::{preset, Fidelity, SimCluster, SimConfig, SimGpu};
+    use crate::device::{BackendKind, Clock, Gpu, Gpus};
+    use crate::monitor::serving::{LedgerOptions, Method};
+    use std::sync::Arc;
+
+    /// One simulated H100 on a monitor: at ideal fidelity on a virtual clock (read at the
+    /// moment: nothing can be cut in the past), or calibrated on the real clock (the
+    /// sampler's cache).
+    fn monitor(calibrated: bool) -> (SimCluster, Arc<SimGpu>, EnergyMonitor) {
+        let c = SimCluster::new(SimConfig {
+            presets: vec![preset::find("H100").unwrap()],
+            virtual_clock: !calibrated,
+            fidelity: if calibrated {
+                Fidelity::Real
+            } else {
+                Fidelity::Ideal
+            },
+            ..SimConfig::default()
+        });
+        let dev = c.devices()[0].clone();
+        let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
+        let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
+        let m = EnergyMonitor::new(gpus, None, None, None).unwrap();
+        (c, dev, m)
+    }
+
+    fn ledger(method: Method, now: f64) -> Ledger {
+        let opts = LedgerOptions {
+            method,
+            ..LedgerOptions::default()
+        };
+        Ledger::new(1, now, opts).unwrap()
+    }
+
+    fn work(decode: f64) -> Work {
+        Work {
+            prefill: 0.0,
+            decode,
+            kv: 0.0,
+        }
+    }
+
+    #[test]
+    fn marks_that_cannot_be_cut_in_the_past_share_one_cut_by_time_and_say_so() {
+        let (c, dev, mut m) = monitor(false);
+        let clock = c.clock();
+        let mut wl = WindowLedger::open(
+            &mut m,
+            "w".into(),
+            ledger(Method::Tokens, clock.now()),
+            true,
+        )
+        .unwrap();
+        assert!(!wl.deferred(), "direct reads cannot be cut in the past");
+        let e0 = dev.true_energy_j();
+        let k = wl.ledger_mut().slot("a");
+        // A gap of 1 s, a step of 3 s, a finish, then 1 s more: marked, not cut.
+        dev.set_power_draw(200.0).unwrap();
+        clock.advance(1.0);
+        wl.mark_begin(clock.now());
+        clock.advance(3.0);
+        wl.mark_step(clock.now(), &[(k, work(5.0))]).unwrap();
+        wl.mark_finish("a", clock.now(), None).unwrap();
+        assert!(wl.finishing(k) && wl.ledger().ready() == 0);
+        clock.advance(1.0);
+        let (_, step) = wl.measure(&mut m, Tail::Gap, &[]).unwrap();
+        step.unwrap();
+        let whole = dev.true_energy_j() - e0;
+        let totals = wl.ledger().totals();
+        assert!(
+            (totals.measured_j - whole).abs() < 2e-3,
+            "{totals:?} vs {whole}"
+        );
+        let records = wl.ledger_mut().take_records();
+        assert_eq!(records.len(), 1);
+        let r = &records[0];
+        // Its share by time (3 of 5 s), and a bound that allows the whole cut.
+        assert!((r.energy_j - 0.6 * totals.measured_j).abs() < 1e-9, "{r:?}");
+        assert!(r.bound_j >= totals.measured_j);
+        assert!(
+            (totals.requests_j + totals.residual_j - totals.measured_j).abs()
+                < 1e-9 * totals.measured_j
+        );
+        assert!(!wl.has_marks() && !wl.finishing(k));
+    }
+
+    #[test]
+    fn a_finish_is_checked_when_marked_and_applied_in_its_order() {
+        let (c, _dev, mut m) = monitor(false);
+        let clock = c.clock();
+        let mut wl =
+            WindowLedger::open(&mut m, "w".into(), ledger(Method::Time, clock.now()), true)
+                .unwrap();
+        let k = wl.ledger_mut().slot("a");
+        clock.advance(0.5);
+        wl.mark_step(clock.now(), &[(k, work(1.0))]).unwrap();
+        wl.mark_finish("a", clock.now(), Some(4.0)).unwrap();
+        let twice = wl.mark_finish("a", clock.now(), None).unwrap_err();
+        assert!(twice.to_string().contains("'a' is not open"), "{twice}");
+        let unknown = wl.mark_finish("b", clock.now(), None).unwrap_err();
+        assert!(unknown.to_string().contains("'b' is not open"), "{unknown}");
+        let bad = wl.mark_step(clock.now(), &[(k, work(-1.0))]).unwrap_err();
+        assert!(bad.to_string().contains("-1"), "{bad}");
+        // A step naming it waits for the finish to be measured, and its slot is gone then.
+        assert!(wl.names_finishing(&[(k, work(1.0))]));
+        wl.measure(&mut m, Tail::Nothing, &[]).unwrap().1.unwrap();
+        let refused = wl.measure(&mut m, Tail::Step, &[(k, work(1.0))]).unwrap().1;
+        let refused = refused.unwrap_err().to_string();
+        assert!(refused.contains("slot 0 is not open"), "{refused}");
+        let records = wl.ledger_mut().take_records();
+        assert_eq!(records.len(), 1);
+        assert_eq!((records[0].steps, records[0].output_tokens), (1, 4.0));
+        let t = wl.ledger().totals();
+        assert!((t.requests_j + t.residual_j - t.measured_j).abs() < 1e-9 * t.measured_j);
+    }
+
+    #[test]
+    fn marks_measured_together_give_each_piece_the_energy_of_its_moments() {
+        let (_c, dev, mut m) = monitor(true);
+        let now = m.gpus().now();
+        let mut wl =
+            WindowLedger::open(&mut m, "w".into(), ledger(Method::Time, now), true).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !wl.deferred() {
+            assert!(std::time::Instant::now() < deadline, "never read the cache");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            wl.measure(&mut m, Tail::Gap, &[]).unwrap().1.unwrap();
+        }
+        let before = wl.ledger().totals();
+        let k = wl.ledger_mut().slot("a");
+        let (mut gaps, mut steps) = (0.0, 0.0);
+        // Gaps at 450 W and steps at 120 W, 150 ms each: eight steps are one batch.
+        for _ in 0..MARK_BATCH {
+            let e0 = dev.true_energy_j();
+            dev.set_power_draw(450.0).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            wl.mark_begin(m.gpus().now());
+            let e1 = dev.true_energy_j();
+            dev.set_power_draw(120.0).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            wl.mark_step(m.gpus().now(), &[(k, work(1.0))]).unwrap();
+            gaps += e1 - e0;
+            steps += dev.true_energy_j() - e1;
+        }
+        assert_eq!(
+            wl.ledger().totals().steps,
+            before.steps,
+            "nothing measured yet"
+        );
+        assert!(wl.due(m.gpus().now()));
+        wl.measure(&mut m, Tail::Nothing, &[]).unwrap().1.unwrap();
+        assert!(wl.deferred() && !wl.has_marks());
+        let t = wl.ledger().totals();
+        let residual = t.residual_j - before.residual_j;
+        let residual_bound = t.residual_bound_j - before.residual_bound_j;
+        let requests = t.requests_j - before.requests_j;
+        assert_eq!(t.steps - before.steps, MARK_BATCH as u64);
+        // Real clock on a shared machine: a starved sampler may miss 10%, and must say so.
+        assert!(
+            (residual - gaps).abs() < (0.1 * gaps).max(1.5 * residual_bound),
+            "gaps {residual} ± {residual_bound} J vs {gaps} J"
+        );
+        assert!(residual > 2.5 * requests, "{residual} vs {requests}");
+        assert!((requests - steps).abs() < (0.1 * steps).max(0.5 * residual_bound));
+    }
+}
