@@ -7,9 +7,10 @@
 (b) End to end on transformers' continuous batching (a tiny random Llama on the CPU): the same
     `generate_batch` workload with `track_continuous_batching` on and off, alternating, median
     wall time and the relative overhead, and the time spent inside the ledger's calls on the
-    engine's thread (skipped without transformers and torch). The tiny model's steps take
-    milliseconds on the CPU, and a run's wall time varies by several percent, more than the
-    adapter costs: the time inside the ledger's calls is the precise figure.
+    engine's thread, and in the adapter's hooks beyond the engine's own methods (skipped
+    without transformers and torch). The tiny model's steps take milliseconds on the CPU, and
+    a run's wall time varies by several percent, more than the adapter costs: the times on the
+    engine's thread are the precise figures.
 
 Run: `ZEUS_GPU_BACKEND=sim ZEUS_SIM_GPUS=H100 python3 benchmarks/serving_energy.py`
 (the script sets those itself when they are unset). A release build gives the real figures:
@@ -188,6 +189,55 @@ class TimedLedger:
         self._timed("finish", *args, **kwargs)
 
 
+class TimedHooks:
+    """Times the adapter's hooks on the engine's thread, less the engine's own methods they
+    wrap: the adapter's Python and the ledger's calls. An upper bound: the timers' own calls
+    are in it."""
+
+    def __init__(self) -> None:
+        self.hooks = 0.0
+        self.originals = 0.0
+
+    def install(self) -> Callable[[], None]:
+        """Wrap what `ContinuousBatchingEnergy` patches from now on; returns the undo."""
+        from zeus.monitor.serving.transformers import ContinuousBatchingEnergy
+
+        patch = ContinuousBatchingEnergy._patch
+
+        def timed_patch(adapter: Any, obj: Any, name: str, make: Any) -> None:
+            def timed_make(original: Callable[..., Any]) -> Callable[..., Any]:
+                def timed_original(*args: Any, **kwargs: Any) -> Any:
+                    t0 = time.perf_counter()
+                    try:
+                        return original(*args, **kwargs)
+                    finally:
+                        self.originals += time.perf_counter() - t0
+
+                hook = make(timed_original)
+
+                def timed_hook(*args: Any, **kwargs: Any) -> Any:
+                    t0 = time.perf_counter()
+                    try:
+                        return hook(*args, **kwargs)
+                    finally:
+                        self.hooks += time.perf_counter() - t0
+
+                return timed_hook
+
+            patch(adapter, obj, name, timed_make)
+
+        ContinuousBatchingEnergy._patch = timed_patch  # type: ignore[method-assign]
+
+        def undo() -> None:
+            ContinuousBatchingEnergy._patch = patch  # type: ignore[method-assign]
+
+        return undo
+
+    @property
+    def seconds(self) -> float:
+        return self.hooks - self.originals
+
+
 def end_to_end(repeat: int, prompts: int, new_tokens: int, method: str, threads: int) -> None:
     try:
         import torch
@@ -233,9 +283,11 @@ def end_to_end(repeat: int, prompts: int, new_tokens: int, method: str, threads:
 
     ledger = EnergyLedger(method=method)  # type: ignore[arg-type]
     timed = TimedLedger(ledger)
+    hooks = TimedHooks()
+    undo = hooks.install()
     _, reference = run(None)  # warm up both paths
     run(timed)
-    calls_warm = timed.seconds
+    calls_warm, hooks_warm = timed.seconds, hooks.seconds
     off: list[float] = []
     on: list[float] = []
     same = True
@@ -245,9 +297,11 @@ def end_to_end(repeat: int, prompts: int, new_tokens: int, method: str, threads:
         t, out_on = run(timed)
         on.append(t)
         same &= out == reference and out_on == reference
+    undo()
     totals = ledger.close()
     steps = totals.steps / (repeat + 1)
     calls_us = (timed.seconds - calls_warm) / (steps * repeat) * 1e6
+    hooks_us = (hooks.seconds - hooks_warm) / (steps * repeat) * 1e6
     m_off, m_on = statistics.median(off), statistics.median(on)
     diffs = [b - a for a, b in zip(off, on)]
     q1, _, q3 = statistics.quantiles(diffs, n=4)
@@ -276,6 +330,11 @@ def end_to_end(repeat: int, prompts: int, new_tokens: int, method: str, threads:
     print(
         f"    time inside ledger calls on the engine thread: {calls_us:.1f} us per step "
         f"({calls_us * steps / 1e6 / m_off * 100:.3f} % of a run)"
+    )
+    print(
+        f"    time in the adapter's hooks beyond the engine's own work (its Python and the "
+        f"ledger's calls, timers included): {hooks_us:.1f} us per step "
+        f"({hooks_us * steps / 1e6 / m_off * 100:.3f} % of a run)"
     )
 
 

@@ -194,9 +194,10 @@ marked_steps_strategy = st.lists(
 )
 
 
-def _outcome(call) -> str | None:
+def _outcome(call, *args) -> str | None:
+    """The message of the `ValueError` that `call(*args)` raises, or None."""
     try:
-        call()
+        call(*args)
     except ValueError as e:
         return str(e)
     return None
@@ -226,13 +227,9 @@ def test_marked_calls_give_what_cutting_at_once_gives(sim_gpus, steps, method):
         time.sleep(seconds)  # the step's length, not a wait for a condition
         work = work + work[:1] if twice else work
         columns = ([f"r{w[0]}" for w in work], *([w[j] for w in work] for j in (1, 2, 3)))
-        assert _outcome(lambda: marked.end_step(*columns)) == _outcome(
-            lambda: direct.end_step(*columns)
-        )
+        assert _outcome(marked.end_step, *columns) == _outcome(direct.end_step, *columns)
         for i in sorted(finishing):
-            assert _outcome(lambda: marked.finish(f"r{i}")) == _outcome(
-                lambda: direct.finish(f"r{i}")
-            )
+            assert _outcome(marked.finish, f"r{i}") == _outcome(direct.finish, f"r{i}")
         zeus.device.sim.set_power(0, IDLE_W)
         marked.begin_step()
         direct.begin_step()

@@ -166,9 +166,16 @@ impl WindowLedger {
     /// A step of `work` ended at `at` (deferred). Checked now, measured later.
     ///
     /// # Errors
-    /// As [`Ledger::check_step`]; the step is then marked as a gap, its energy the residual's.
+    /// As [`Ledger::check_step`], and a request whose finish is marked
+    /// ([`WindowLedger::names_finishing`]: measure first); the step is then marked as a gap,
+    /// its energy the residual's.
     pub fn mark_step(&mut self, at: f64, work: &[(u32, Work)]) -> MonitorResult<()> {
-        let checked = self.ledger.check_step(work);
+        let checked = match work.iter().find(|(k, _)| self.finishing(*k)) {
+            Some((k, _)) => Err(MonitorError::InvalidArg(format!(
+                "request slot {k} has finished: it cannot run in a later step"
+            ))),
+            None => self.ledger.check_step(work),
+        };
         let range = checked.is_ok().then(|| {
             let from = self.marked_work.len();
             self.marked_work.extend_from_slice(work);
@@ -290,6 +297,10 @@ impl WindowLedger {
         };
         marked_work.clear();
         self.marked_work = marked_work;
+        // Kept for their allocation.
+        let mut marks = marks;
+        marks.clear();
+        self.marks = marks;
         self.marked_steps = 0;
         self.finishing.clear();
         self.ledger.settle(&mut FromMonitor(m));
@@ -512,15 +523,17 @@ mod tests {
         let k = wl.ledger_mut().slot("a");
         clock.advance(0.5);
         wl.mark_step(clock.now(), &[(k, work(1.0))]).unwrap();
+        let bad = wl.mark_step(clock.now(), &[(k, work(-1.0))]).unwrap_err();
+        assert!(bad.to_string().contains("-1"), "{bad}");
         wl.mark_finish("a", clock.now(), Some(4.0)).unwrap();
         let twice = wl.mark_finish("a", clock.now(), None).unwrap_err();
         assert!(twice.to_string().contains("'a' is not open"), "{twice}");
         let unknown = wl.mark_finish("b", clock.now(), None).unwrap_err();
         assert!(unknown.to_string().contains("'b' is not open"), "{unknown}");
-        let bad = wl.mark_step(clock.now(), &[(k, work(-1.0))]).unwrap_err();
-        assert!(bad.to_string().contains("-1"), "{bad}");
         // A step naming it waits for the finish to be measured, and its slot is gone then.
         assert!(wl.names_finishing(&[(k, work(1.0))]));
+        let early = wl.mark_step(clock.now(), &[(k, work(1.0))]).unwrap_err();
+        assert!(early.to_string().contains("has finished"), "{early}");
         wl.measure(&mut m, Tail::Nothing, &[]).unwrap().1.unwrap();
         let refused = wl.measure(&mut m, Tail::Step, &[(k, work(1.0))]).unwrap().1;
         let refused = refused.unwrap_err().to_string();
