@@ -41,6 +41,7 @@ impl Track {
                 sigma: (self.extrapolation_sigma(u, t) + res_sigma).max(0.0),
                 hard: self.free_half_width(gap),
                 offset_sigma: first.offset_sigma,
+                seam_sigma: first.seam_sigma,
                 settled: true,
                 degraded: gap > 0.0,
             });
@@ -87,6 +88,7 @@ impl Track {
                 .sqrt(),
                 hard: self.free_half_width(self.gap_overlap(a.t, t)) + level_hard,
                 offset_sigma: a.offset_sigma,
+                seam_sigma: a.seam_sigma,
                 settled: false,
                 degraded: self.gap_overlap(a.t, t) > 0.0,
             });
@@ -180,6 +182,8 @@ impl Track {
             } else {
                 a.offset_sigma
             },
+            // A seam between the two anchors: where in between the energy moved is not known.
+            seam_sigma: ((1.0 - frac) * a.seam_sigma.powi(2) + frac * b.seam_sigma.powi(2)).sqrt(),
             settled: true,
             degraded: in_gap || joined,
         })
@@ -422,7 +426,8 @@ impl Track {
 /// A window from its two edges: the difference, and the two edges' uncertainties at ~95%.
 pub(super) fn combine(e0: Edge, e1: Edge) -> WindowEstimate {
     let offsets = (e1.offset_sigma.powi(2) - e0.offset_sigma.powi(2)).abs();
-    let sigma = (e0.sigma.powi(2) + e1.sigma.powi(2) + offsets).sqrt();
+    let seams = (e1.seam_sigma.powi(2) - e0.seam_sigma.powi(2)).abs();
+    let sigma = (e0.sigma.powi(2) + e1.sigma.powi(2) + offsets + seams).sqrt();
     WindowEstimate {
         joules: (e1.joules - e0.joules).max(0.0),
         bound: Z95 * sigma + e0.hard + e1.hard,

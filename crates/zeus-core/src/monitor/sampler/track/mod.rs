@@ -132,6 +132,11 @@ pub struct Anchor {
     pub t_err: f64,
     /// Standard error (J) of the offsets that join this anchor's epoch to the first one.
     pub offset_sigma: f64,
+    /// Standard error (J) of this anchor's placement against the newest anchors': a lag refit
+    /// re-places the recent reads' anchors, and older ones keep where the old schedule put
+    /// them (`rebuild_anchors`), the power there times the move apart. Grows with each refit
+    /// for the anchors it leaves; a window across such a seam counts the difference.
+    pub seam_sigma: f64,
     /// The counter's own value (J), before joining epochs.
     pub raw: f64,
     /// When the read that gave it ended (which read it came from).
@@ -218,6 +223,8 @@ pub struct Edge {
     pub hard: f64,
     /// Standard error of the epoch offsets behind the value (J), see [`Anchor::offset_sigma`].
     pub offset_sigma: f64,
+    /// Standard error of the placement behind the value (J), see [`Anchor::seam_sigma`].
+    pub seam_sigma: f64,
     /// An anchor after the moment exists (interpolated, not extrapolated).
     pub settled: bool,
     /// The moment lies in a stretch without readings (a fault).
@@ -680,6 +687,47 @@ mod tests {
         let want = track.model(a, now, None).0;
         assert_ne!(want, before, "the edge should reshape the model");
         assert_eq!(track.model_past_anchor(a, now), want);
+    }
+
+    /// A lag refit re-places the recent reads' anchors and leaves the older ones where they
+    /// were: a window from the old ones to the new ones counts the move (the power times it),
+    /// and one among the old ones alone does not.
+    #[test]
+    fn anchors_a_lag_refit_leaves_behind_count_the_move_in_windows_across_it() {
+        let mut track = Track::new(100.0, Some(0.1));
+        track.set_known_lag(0.03);
+        track.set_max_power(750.0);
+        let watts = 300.0;
+        for k in 1..=400 {
+            let t = 100.0 + k as f64 * 0.025;
+            if k % 4 == 0 {
+                track.on_power(t, (watts * 1000.0) as u32, None);
+            }
+            if k % 2 == 0 {
+                let mj = (watts * (t - 100.0 - 0.03) * 1000.0) as u64;
+                track.on_counter(t - 0.0002, t, mj, 0.0002);
+            }
+        }
+        let n = track.anchors.len();
+        assert!(n > FIT_READS + 20, "{n} anchors");
+        let old = (track.anchors[10].t, track.anchors[20].t);
+        let across = (track.anchors[10].t + 0.01, track.anchors[n - 3].t + 0.01);
+        let within_before = track.window(old.0, old.1, false).unwrap();
+        let across_before = track.window(across.0, across.1, false).unwrap();
+        let moved = 0.012;
+        track.schedule.lag += moved;
+        track.rebuild_anchors();
+        let seam = watts * moved / 3f64.sqrt();
+        let kept = &track.anchors[10];
+        assert!((kept.seam_sigma - seam).abs() < 0.05 * seam, "{kept:?}");
+        assert_eq!(track.anchors.back().unwrap().seam_sigma, 0.0);
+        let within = track.window(old.0, old.1, false).unwrap();
+        assert_eq!(within.bound, within_before.bound);
+        let across_after = track.window(across.0, across.1, false).unwrap();
+        assert!(
+            across_after.bound >= across_before.bound.hypot(Z95 * seam) * 0.999,
+            "{across_before:?} -> {across_after:?}"
+        );
     }
 
     proptest! {
