@@ -29,7 +29,7 @@ mod window;
 use rustc_hash::FxHashMap;
 
 pub use fit::{Features, Weights, WorkFit};
-pub use window::{FromMonitor, Tail, WindowLedger, MARK_BATCH, MARK_MAX_AGE_S};
+pub use window::{FromMonitor, Tail, WindowLedger, MARK_BATCH, MARK_CAP, MARK_MAX_AGE_S};
 
 use super::{MonitorError, MonitorResult};
 use anchored::AnchoredFits;

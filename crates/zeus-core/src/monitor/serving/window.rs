@@ -19,6 +19,8 @@ use crate::monitor::{EnergyMonitor, Measurement, MonitorError, MonitorResult};
 pub const MARK_BATCH: usize = 8;
 /// The longest a mark waits to be measured (s): records and the `work` fit stay that fresh.
 pub const MARK_MAX_AGE_S: f64 = 0.25;
+/// The most marks of any kind that wait.
+pub const MARK_CAP: usize = 256;
 
 /// What the sampler knows once it has settled, from the monitor.
 pub struct FromMonitor<'a>(pub &'a EnergyMonitor);
@@ -139,12 +141,16 @@ impl WindowLedger {
         !self.marks.is_empty()
     }
 
-    /// Whether the marks are due to be measured at `now`.
+    /// Whether the marks are due to be measured at `now`: [`MARK_BATCH`] steps, the oldest
+    /// piece [`MARK_MAX_AGE_S`] old, or [`MARK_CAP`] marks of any kind (a finish's moment is
+    /// the caller's to give, so it says nothing of how long the mark has waited).
     pub fn due(&self, now: f64) -> bool {
         self.marked_steps >= MARK_BATCH
-            || self.marks.first().is_some_and(|m| match m {
-                Mark::Piece { at, .. } | Mark::Finish { at, .. } => now - at >= MARK_MAX_AGE_S,
-            })
+            || self.marks.len() >= MARK_CAP
+            || self.marks.iter().find_map(|m| match m {
+                Mark::Piece { at, .. } => Some(now - at >= MARK_MAX_AGE_S),
+                Mark::Finish { .. } => None,
+            }) == Some(true)
     }
 
     /// Whether request slot `k` has a finish marked and not yet measured: a step naming it,
@@ -511,6 +517,32 @@ mod tests {
                 < 1e-9 * totals.measured_j
         );
         assert!(!wl.has_marks() && !wl.finishing(k));
+    }
+
+    #[test]
+    fn marks_wait_a_bounded_time_and_number() {
+        let (c, _dev, mut m) = monitor(false);
+        let t = c.clock().now();
+        let mut wl = WindowLedger::open(&mut m, "w".into(), ledger(Method::Time, t), true).unwrap();
+        let k = wl.ledger_mut().slot("a");
+        wl.mark_finish("a", t - 100.0, None).unwrap(); // a finish given long ago
+        assert!(!wl.due(t), "a finish's moment is not how long it waited");
+        wl.mark_begin(t);
+        assert!(!wl.due(t + 0.9 * MARK_MAX_AGE_S) && wl.due(t + MARK_MAX_AGE_S));
+        for i in 1..MARK_BATCH {
+            wl.mark_step(t, &[]).unwrap();
+            assert!(!wl.due(t), "{i} steps");
+        }
+        wl.mark_step(t, &[]).unwrap();
+        assert!(wl.due(t));
+        wl.measure(&mut m, Tail::Nothing, &[]).unwrap().1.unwrap();
+        assert!(!wl.finishing(k));
+        for _ in 1..MARK_CAP {
+            wl.mark_begin(t);
+        }
+        assert!(!wl.due(t));
+        wl.mark_begin(t);
+        assert!(wl.due(t));
     }
 
     #[test]

@@ -276,6 +276,10 @@ impl PyEnergyLedger {
         if st.window.deferred() && st.open {
             let now = st.monitor.get().now()?;
             st.window.mark_begin(now);
+            // Marks wait a bounded time, whichever calls an engine makes.
+            if st.window.due(now) {
+                st.measure(py, Tail::Nothing)?;
+            }
             return Ok(());
         }
         st.measure(py, Tail::Gap)
@@ -347,6 +351,9 @@ impl PyEnergyLedger {
             st.window
                 .mark_finish(request_id, at, output_tokens)
                 .py_err(py)?;
+            if st.window.due(st.monitor.get().now()?) {
+                st.measure(py, Tail::Nothing)?;
+            }
         } else {
             st.measure_marks(py)?;
             st.window
