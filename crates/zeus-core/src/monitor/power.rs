@@ -566,12 +566,21 @@ pub(crate) mod tests {
     use crate::device::Clock;
 
     pub(crate) fn sim(keys: &[&str], virtual_clock: bool) -> (Arc<SimCluster>, Gpus) {
+        sim_with(keys, virtual_clock, crate::device::sim::Fidelity::Ideal)
+    }
+
+    /// [`sim`] at `fidelity` (`Real`: the calibrated boards, read through the sampler).
+    pub(crate) fn sim_with(
+        keys: &[&str],
+        virtual_clock: bool,
+        fidelity: crate::device::sim::Fidelity,
+    ) -> (Arc<SimCluster>, Gpus) {
         let c = Arc::new(SimCluster::new(SimConfig {
             presets: keys.iter().map(|k| preset::find(k).unwrap()).collect(),
             virtual_clock,
             privileged: true,
             workload: None,
-            fidelity: crate::device::sim::Fidelity::Ideal,
+            fidelity,
             load: Load::Idle,
             ..SimConfig::default()
         }));

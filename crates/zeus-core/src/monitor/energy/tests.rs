@@ -1,5 +1,6 @@
-use super::super::power::tests::sim;
+use super::super::power::tests::{sim, sim_with};
 use super::*;
+use crate::device::sim::Fidelity;
 use crate::device::sim::Load;
 use crate::device::{Architecture, BackendKind, Clock, Gpu, GpuError};
 use proptest::prelude::*;
@@ -272,14 +273,8 @@ fn pre_volta_from_timeline_and_cross_check() {
 
 #[test]
 fn cached_reads_on_a_calibrated_gpu_are_accurate_with_and_without_exact() {
-    use crate::device::sim::{preset, SimCluster, SimConfig};
-    let c = SimCluster::new(SimConfig {
-        presets: vec![preset::find("H100").unwrap()],
-        ..SimConfig::default()
-    });
+    let (c, gpus) = sim_with(&["H100"], false, Fidelity::Real);
     let dev = c.devices()[0].clone();
-    let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
-    let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
     let mut m = EnergyMonitor::new(gpus.clone(), None, None, None).unwrap();
     assert_eq!(
         m.reads_cached(),
@@ -313,14 +308,8 @@ fn cached_reads_on_a_calibrated_gpu_are_accurate_with_and_without_exact() {
 
 #[test]
 fn cut_slices_of_a_cached_gpu_add_up_to_the_truth_within_the_outer_bounds() {
-    use crate::device::sim::{preset, SimCluster, SimConfig};
-    let c = SimCluster::new(SimConfig {
-        presets: vec![preset::find("H100").unwrap()],
-        ..SimConfig::default()
-    });
+    let (c, gpus) = sim_with(&["H100"], false, Fidelity::Real);
     let dev = c.devices()[0].clone();
-    let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
-    let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
     let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
     assert_eq!(m.reads_cached(), vec![true]);
     let e0 = dev.true_energy_j();
@@ -350,14 +339,8 @@ fn cut_slices_of_a_cached_gpu_add_up_to_the_truth_within_the_outer_bounds() {
 
 #[test]
 fn a_cut_in_the_past_splits_a_cached_window_where_the_load_changed() {
-    use crate::device::sim::{preset, SimCluster, SimConfig};
-    let c = SimCluster::new(SimConfig {
-        presets: vec![preset::find("H100").unwrap()],
-        ..SimConfig::default()
-    });
+    let (c, gpus) = sim_with(&["H100"], false, Fidelity::Real);
     let dev = c.devices()[0].clone();
-    let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
-    let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
     let clock = gpus.clock().clone();
     let mut m = EnergyMonitor::new(gpus, None, None, None).unwrap();
     m.begin_window("w").unwrap();

@@ -237,7 +237,9 @@ impl WindowLedger {
         let marks = std::mem::take(&mut self.marks);
         let mut marked_work = std::mem::take(&mut self.marked_work);
         let mut done = 0;
-        let mut placeable = true;
+        // Once a mark cannot be cut at its moment: one cut now, shared by time among it, the
+        // marks after it and the tail.
+        let mut split: Option<Split> = None;
         for mark in &marks {
             match mark {
                 Mark::Finish {
@@ -248,58 +250,60 @@ impl WindowLedger {
                     // Checked when marked; nothing since can have finished it.
                     let _ = self.ledger.finish(id, *at, *output_tokens);
                 }
-                Mark::Piece { at, work: range } => match m.cut_window_at(&self.key, *at) {
-                    Ok(out) => {
-                        warnings.extend(out.warnings);
-                        let seconds = self.take(&out.measurement);
-                        self.edge += seconds;
-                        let work = range.map_or(&[][..], |(a, b)| &marked_work[a..b]);
-                        // Checked when marked: a refusal now can only be the cut's, and the
-                        // slice then goes to the residual.
-                        let _ = self.feed(seconds, work);
+                Mark::Piece { at, work: range } => {
+                    let work = range.map_or(&[][..], |(a, b)| &marked_work[a..b]);
+                    if split.is_none() {
+                        let cut = match m.cut_window_at(&self.key, *at) {
+                            Err(MonitorError::InvalidArg(_)) => m.cut_window(&self.key).map(Err),
+                            cut => cut.map(Ok),
+                        };
+                        match cut {
+                            // Checked when marked: a refusal now can only be the cut's, and
+                            // the slice then goes to the residual.
+                            Ok(Ok(out)) => {
+                                warnings.extend(out.warnings);
+                                let seconds = self.take(&out.measurement);
+                                self.edge += seconds;
+                                let _ = self.feed(seconds, work);
+                                done += 1;
+                                continue;
+                            }
+                            Ok(Err(now)) => {
+                                warnings.extend(now.warnings);
+                                split = Some(Split::of(&now.measurement, self.edge));
+                            }
+                            Err(e) => {
+                                self.keep_unmeasured(&marks[done..], marked_work);
+                                return Err(e);
+                            }
+                        }
                     }
-                    Err(MonitorError::InvalidArg(_)) => {
-                        placeable = false;
-                        break;
+                    if let Some(sp) = split.as_mut() {
+                        let _ = self.split_piece(sp, *at, work, false);
                     }
-                    Err(e) => {
-                        self.marks = marks[done..].to_vec();
-                        self.marked_work = marked_work;
-                        return Err(e);
-                    }
-                },
+                }
             }
             done += 1;
         }
-        let step = if placeable {
-            match tail {
-                Tail::Nothing => Ok(()),
-                Tail::Gap | Tail::Step => {
-                    let out = match m.cut_window(&self.key) {
-                        Ok(out) => out,
-                        Err(e) => {
-                            self.marks = marks[done..].to_vec();
-                            self.marked_work = marked_work;
-                            return Err(e);
-                        }
-                    };
+        let tail_work = if tail == Tail::Step { work } else { &[] };
+        let step = match (split, tail) {
+            (Some(mut sp), _) => {
+                let end = sp.end;
+                self.split_piece(&mut sp, end, tail_work, true)
+            }
+            (None, Tail::Nothing) => Ok(()),
+            (None, _) => match m.cut_window(&self.key) {
+                Ok(out) => {
                     warnings.extend(out.warnings);
                     let seconds = self.take(&out.measurement);
                     self.edge += seconds;
-                    self.feed(seconds, if tail == Tail::Step { work } else { &[] })
+                    self.feed(seconds, tail_work)
                 }
-            }
-        } else {
-            let out = match m.cut_window(&self.key) {
-                Ok(out) => out,
                 Err(e) => {
-                    self.marks = marks[done..].to_vec();
-                    self.marked_work = marked_work;
+                    self.keep_unmeasured(&marks[done..], marked_work);
                     return Err(e);
                 }
-            };
-            warnings.extend(out.warnings);
-            self.split_by_time(&out.measurement, &marks[done..], &marked_work, tail, work)
+            },
         };
         marked_work.clear();
         self.marked_work = marked_work;
@@ -341,6 +345,12 @@ impl WindowLedger {
         Ok(warnings)
     }
 
+    /// After a device error: the marks not yet measured wait again, with their requests.
+    fn keep_unmeasured(&mut self, marks: &[Mark], marked_work: Vec<(u32, Work)>) {
+        self.marks = marks.to_vec();
+        self.marked_work = marked_work;
+    }
+
     /// A slice's energy and bound per GPU into `energy` and `bound`; its time.
     fn take(&mut self, slice: &Measurement) -> f64 {
         take_slice(slice, &mut self.energy, &mut self.bound)
@@ -363,61 +373,62 @@ impl WindowLedger {
         }
     }
 
-    /// `slice` (from the last cut to now) split among the pieces of `marks` and the tail (or,
-    /// with no tail, a gap up to now) by their share of its time; finishes in their order.
-    /// Any piece may hold anything up to the whole slice's energy: its bound says so.
-    fn split_by_time(
+    /// The piece of `split` from the last cut to `at`, by its share of the cut's time, to the
+    /// ledger (the `last` takes what is left, so that the pieces add up to the cut). Any piece
+    /// may hold anything up to the whole cut's energy: its bound says so.
+    fn split_piece(
         &mut self,
-        slice: &Measurement,
-        marks: &[Mark],
-        marks_work: &[(u32, Work)],
-        tail: Tail,
+        split: &mut Split,
+        at: f64,
         work: &[(u32, Work)],
+        last: bool,
     ) -> MonitorResult<()> {
-        let (mut whole_e, mut whole_b) = (Vec::new(), Vec::new());
-        let seconds = take_slice(slice, &mut whole_e, &mut whole_b);
-        let end = self.edge + seconds;
-        let mut given = vec![0.0; whole_e.len()];
-        let mut piece = |wl: &mut WindowLedger, at: f64, work: &[(u32, Work)], last: bool| {
-            let at = at.clamp(wl.edge, end);
-            let share = if seconds > 0.0 {
-                (at - wl.edge) / seconds
-            } else {
-                0.0
-            };
-            wl.energy.clear();
-            wl.bound.clear();
-            for g in 0..whole_e.len() {
-                let e = if last {
-                    whole_e[g] - given[g]
-                } else {
-                    whole_e[g] * share
-                };
-                given[g] += e;
-                wl.energy.push(e.max(0.0));
-                wl.bound.push(whole_b[g] * share + whole_e[g]);
-            }
-            let piece_s = at - wl.edge;
-            wl.edge = at;
-            wl.feed(piece_s, work)
+        let at = at.clamp(self.edge, split.end);
+        let share = if split.seconds > 0.0 {
+            (at - self.edge) / split.seconds
+        } else {
+            0.0
         };
-        for mark in marks {
-            match mark {
-                Mark::Finish {
-                    id,
-                    at,
-                    output_tokens,
-                } => {
-                    let _ = self.ledger.finish(id, *at, *output_tokens);
-                }
-                Mark::Piece { at, work: range } => {
-                    let w = range.map_or(&[][..], |(a, b)| &marks_work[a..b]);
-                    let _ = piece(self, *at, w, false);
-                }
-            }
+        self.energy.clear();
+        self.bound.clear();
+        for g in 0..split.energy.len() {
+            let e = if last {
+                split.energy[g] - split.given[g]
+            } else {
+                split.energy[g] * share
+            };
+            split.given[g] += e;
+            self.energy.push(e.max(0.0));
+            self.bound.push(split.bound[g] * share + split.energy[g]);
         }
-        let w = if tail == Tail::Step { work } else { &[] };
-        piece(self, end, w, true)
+        let seconds = at - self.edge;
+        self.edge = at;
+        self.feed(seconds, work)
+    }
+}
+
+/// A cut taken now for marks that could not be cut at their moments, being shared out.
+struct Split {
+    energy: Vec<f64>,
+    bound: Vec<f64>,
+    seconds: f64,
+    /// Where it ends (now).
+    end: f64,
+    /// Per GPU, what the pieces so far took.
+    given: Vec<f64>,
+}
+
+impl Split {
+    fn of(slice: &Measurement, edge: f64) -> Split {
+        let (mut energy, mut bound) = (Vec::new(), Vec::new());
+        let seconds = take_slice(slice, &mut energy, &mut bound);
+        Split {
+            given: vec![0.0; energy.len()],
+            energy,
+            bound,
+            seconds,
+            end: edge + seconds,
+        }
     }
 }
 
@@ -433,28 +444,23 @@ fn take_slice(slice: &Measurement, energy: &mut Vec<f64>, bound: &mut Vec<f64>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::sim::{preset, Fidelity, SimCluster, SimConfig, SimGpu};
-    use crate::device::{BackendKind, Clock, Gpu, Gpus};
+    use crate::device::sim::{Fidelity, SimCluster, SimGpu};
+    use crate::device::Clock;
+    use crate::monitor::power::tests::sim_with;
     use crate::monitor::serving::{LedgerOptions, Method};
     use std::sync::Arc;
 
     /// One simulated H100 on a monitor: at ideal fidelity on a virtual clock (read at the
     /// moment: nothing can be cut in the past), or calibrated on the real clock (the
     /// sampler's cache).
-    fn monitor(calibrated: bool) -> (SimCluster, Arc<SimGpu>, EnergyMonitor) {
-        let c = SimCluster::new(SimConfig {
-            presets: vec![preset::find("H100").unwrap()],
-            virtual_clock: !calibrated,
-            fidelity: if calibrated {
-                Fidelity::Real
-            } else {
-                Fidelity::Ideal
-            },
-            ..SimConfig::default()
-        });
+    fn monitor(calibrated: bool) -> (Arc<SimCluster>, Arc<SimGpu>, EnergyMonitor) {
+        let fidelity = if calibrated {
+            Fidelity::Real
+        } else {
+            Fidelity::Ideal
+        };
+        let (c, gpus) = sim_with(&["H100"], !calibrated, fidelity);
         let dev = c.devices()[0].clone();
-        let all: Vec<Arc<dyn Gpu>> = vec![dev.clone()];
-        let gpus = Gpus::with_indices(BackendKind::Sim, all, vec![0], c.clock());
         let m = EnergyMonitor::new(gpus, None, None, None).unwrap();
         (c, dev, m)
     }
