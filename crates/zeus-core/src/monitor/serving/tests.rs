@@ -460,6 +460,28 @@ struct SimRun {
     truth: HashMap<String, f64>,
     /// True energy and decode tokens of the whole run.
     true_j: f64,
+    /// Each anchor the sampler kept at the end: its moment and how far its energy is from the
+    /// truth there (J; the counter's origin taken out as the median).
+    anchors_off: Vec<(f64, f64)>,
+}
+
+/// `anchors` (moment, joules) against the true energy, known at the moments of `truth`
+/// (moment, joules; the power is constant between them): each anchor's moment and error, less
+/// the median error (the counter's own origin).
+fn anchors_off(anchors: &[(f64, f64)], truth: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let true_at = |t: f64| {
+        let j = truth.partition_point(|x| x.0 <= t);
+        let (a, b) = (truth.get(j.checked_sub(1)?)?, truth.get(j)?);
+        Some(a.1 + (b.1 - a.1) * (t - a.0) / (b.0 - a.0))
+    };
+    let off: Vec<(f64, f64)> = anchors
+        .iter()
+        .filter_map(|&(t, j)| Some((t, j - true_at(t)?)))
+        .collect();
+    let mut sorted: Vec<f64> = off.iter().map(|x| x.1).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    off.into_iter().map(|(t, e)| (t, e - median)).collect()
 }
 
 /// Run `steps` on a simulated H100 whose power follows `model` step by step, cutting each
@@ -479,6 +501,7 @@ fn run_on_sim(steps: &[EngineStep], model: &PowerModel, opts: LedgerOptions, see
     let mut pinned = None;
     let true0 = h.dev.true_energy_j();
     let mut e_true_prev = true0;
+    let mut true_energy = vec![(t_prev, true0)];
     for s in steps {
         for id in &s.arrived {
             ledger.arrive(id, 0, t_prev).unwrap();
@@ -506,6 +529,7 @@ fn run_on_sim(steps: &[EngineStep], model: &PowerModel, opts: LedgerOptions, see
             .unwrap();
         pinned = Some(carry);
         let e_true = h.dev.true_energy_j();
+        true_energy.push((t, e_true));
         let energy = [est.joules];
         let bound = est.bound;
         let cut = Cut {
@@ -537,11 +561,14 @@ fn run_on_sim(steps: &[EngineStep], model: &PowerModel, opts: LedgerOptions, see
     }
     ledger.flush(true, &mut FromTrack(&h.w[0]));
     records.extend(ledger.take_records());
+    let anchors: Vec<(f64, f64)> =
+        h.w[0].with_track(|tr| tr.anchors().iter().map(|a| (a.t, a.joules)).collect());
     SimRun {
         ledger,
         records,
         truth,
         true_j: e_true_prev - true0,
+        anchors_off: anchors_off(&anchors, &true_energy),
     }
 }
 
@@ -711,6 +738,82 @@ proptest! {
     ) {
         check_work_on_sim(seed, rate, batch, (16, prompt_max), (8, output_max), Check::Coverage);
     }
+}
+
+/// Where the weights and the bounds go wrong on random schedules, anchor by anchor: per
+/// schedule, the weights' errors and the sampler's anchors against the truth (rms, and how
+/// many are off by more than 5 J: on this H100, at least half a counter period's energy, a
+/// value placed at the wrong publish). `SERVING_SURVEY_N` schedules (default 32) from
+/// `SERVING_SURVEY_SEED` (default 1). Seen (32 from seed 1): the two schedules whose weights
+/// miss by the most (KV -100%; decode -69%, KV +186%), both of short outputs (prefill bursts),
+/// are the two with anchors a period off (24 and 62 of 353 and 377; rms 3.5 and 7.2 J, against
+/// 0.0-0.8 J on the other 30): the counter's publish grid, fitted where the readings look
+/// calm, moves its phase by tens of milliseconds from fit to fit under a load that steps
+/// between power updates, and reads planned just after a publish fall before it. Those with
+/// KV off by 6-12% (3 more) have no anchor off.
+#[test]
+#[ignore]
+fn survey_anchor_placement() {
+    let n: u64 = std::env::var("SERVING_SURVEY_N").map_or(32, |v| v.parse().unwrap());
+    let first: u64 = std::env::var("SERVING_SURVEY_SEED").map_or(1, |v| v.parse().unwrap());
+    let model = serving_model();
+    let truth = [model.idle_w, model.a, model.b, model.c];
+    eprintln!(
+        "seed   rate  batch prompt output | idle% prefill% decode% kv%  | anchors rms J  off>5J"
+    );
+    for k in 0..n {
+        let mut rng = Pcg64::seed_from_u64(first * 1_000_003 + k);
+        let seed = rng.random_range(0..10_000u64);
+        let rate = rng.random_range(0.5..8.0f64);
+        let batch = rng.random_range(4..64usize);
+        let (prompt, output) = (rng.random_range(64..1500u32), rng.random_range(16..500u32));
+        let steps = engine(seed, 40.0, rate, (16, prompt), (8, output), batch);
+        let run = run_on_sim(&steps, &model, LedgerOptions::default(), seed);
+        let w = run.ledger.weights().expect("fitted");
+        let pct: Vec<String> = (0..4)
+            .map(|i| format!("{:+6.1}", (w.as_array()[i] / truth[i] - 1.0) * 100.0))
+            .collect();
+        let off = &run.anchors_off;
+        let rms = (off.iter().map(|x| x.1 * x.1).sum::<f64>() / off.len().max(1) as f64).sqrt();
+        let far = off.iter().filter(|x| x.1.abs() > 5.0).count();
+        eprintln!(
+            "{seed:5} {rate:5.2} {batch:5} {prompt:6} {output:6} | {} | {:7} {rms:6.2} {far:6}",
+            pct.join(" "),
+            off.len()
+        );
+    }
+}
+
+#[test]
+fn anchors_off_takes_out_the_counter_origin_and_finds_a_misplaced_anchor() {
+    // 100 W from t = 0: the truth at 0, 1 and 2 s; the counter starts 500 J up; the anchor at
+    // 1.5 s holds the value of 1.6 s.
+    let truth = [(0.0, 0.0), (1.0, 100.0), (2.0, 200.0)];
+    let anchors = [(0.5, 550.0), (1.0, 600.0), (1.5, 660.0), (1.9, 690.0)];
+    let off = anchors_off(&anchors, &truth);
+    let got: Vec<(f64, f64)> = off
+        .iter()
+        .map(|&(t, e)| (t, (e * 1e9).round() / 1e9))
+        .collect();
+    assert_eq!(got, [(0.5, 0.0), (1.0, 0.0), (1.5, 10.0), (1.9, 0.0)]);
+    // Outside what the truth covers: no word.
+    assert!(anchors_off(&[(2.5, 750.0)], &truth).is_empty());
+}
+
+/// On a prefill-heavy schedule where the counter's publish grid is right (8499), the
+/// anchors the ledger's `work` fit rests on are where the truth is: none a period off.
+#[test]
+fn anchors_on_a_serving_schedule_are_where_the_truth_is() {
+    let model = serving_model();
+    let steps = engine(8499, 40.0, 7.124_511_668_974_867_5, (16, 571), (8, 318), 24);
+    let run = run_on_sim(&steps, &model, LedgerOptions::default(), 8499);
+    assert!(run.anchors_off.len() > 300, "{}", run.anchors_off.len());
+    let worst = run
+        .anchors_off
+        .iter()
+        .map(|x| x.1.abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 2.0, "an anchor {worst} J off");
 }
 
 #[test]
