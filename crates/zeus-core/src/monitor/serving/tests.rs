@@ -724,17 +724,25 @@ fn schedules_that_once_missed_keep_every_request_within_its_bound() {
     );
 }
 
+/// The random schedules' ranges: engine seed, arrival rate (1/s), batch limit, and the
+/// largest prompt and output (tokens), for the property test and the survey alike.
+const RANDOM_SEED: std::ops::Range<u64> = 0..10_000;
+const RANDOM_RATE: std::ops::Range<f64> = 0.5..8.0;
+const RANDOM_BATCH: std::ops::Range<usize> = 4..64;
+const RANDOM_PROMPT_MAX: std::ops::Range<u32> = 64..1500;
+const RANDOM_OUTPUT_MAX: std::ops::Range<u32> = 16..500;
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4))]
     /// Random arrival rates, batch limits and request lengths: conservation, and every
     /// request within its bound.
     #[test]
     fn work_on_the_simulated_gpu_holds_for_random_schedules(
-        seed in 0u64..10_000,
-        rate in 0.5f64..8.0,
-        batch in 4usize..64,
-        prompt_max in 64u32..1500,
-        output_max in 16u32..500,
+        seed in RANDOM_SEED,
+        rate in RANDOM_RATE,
+        batch in RANDOM_BATCH,
+        prompt_max in RANDOM_PROMPT_MAX,
+        output_max in RANDOM_OUTPUT_MAX,
     ) {
         check_work_on_sim(seed, rate, batch, (16, prompt_max), (8, output_max), Check::Coverage);
     }
@@ -763,10 +771,13 @@ fn survey_anchor_placement() {
     );
     for k in 0..n {
         let mut rng = Pcg64::seed_from_u64(first * 1_000_003 + k);
-        let seed = rng.random_range(0..10_000u64);
-        let rate = rng.random_range(0.5..8.0f64);
-        let batch = rng.random_range(4..64usize);
-        let (prompt, output) = (rng.random_range(64..1500u32), rng.random_range(16..500u32));
+        let seed = rng.random_range(RANDOM_SEED);
+        let rate = rng.random_range(RANDOM_RATE);
+        let batch = rng.random_range(RANDOM_BATCH);
+        let (prompt, output) = (
+            rng.random_range(RANDOM_PROMPT_MAX),
+            rng.random_range(RANDOM_OUTPUT_MAX),
+        );
         let steps = engine(seed, 40.0, rate, (16, prompt), (8, output), batch);
         let run = run_on_sim(&steps, &model, LedgerOptions::default(), seed);
         let w = run.ledger.weights().expect("fitted");
