@@ -562,8 +562,10 @@ proptest! {
             c.clock().advance(dt);
             let now = g.total_energy_consumption().unwrap();
             prop_assert!(now >= last);
-            // Never more than the maximum limit over the time that passed (plus rounding).
-            prop_assert!((now - last) as f64 <= 300.0 * dt * 1000.0 + 1.0);
+            // Never more than the maximum limit over the time that passed, plus the counter's
+            // flooring to whole millijoules at both reads (seen: 425,481 mJ over 1.418 s at
+            // exactly 300 W, whose energy floats put a hair above 425,480).
+            prop_assert!((now - last) as f64 <= 300.0 * dt * 1000.0 + 2.0);
             last = now;
         }
     }
