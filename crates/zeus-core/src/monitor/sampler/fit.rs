@@ -46,6 +46,13 @@ impl Grid {
         self.phase + ((t - self.phase) / self.period).floor() * self.period
     }
 
+    /// Whether `other` has this grid's period, as far as a fit can tell: the power period's
+    /// estimate, which the candidates are ratios of, moves by parts per million as readings
+    /// come in, while candidates differ by a fifth or more.
+    pub fn same_period(&self, other: &Grid) -> bool {
+        (self.period - other.period).abs() < 1e-3 * self.period
+    }
+
     /// Publishes in `(a, b]`.
     pub fn count(&self, a: f64, b: f64) -> f64 {
         if b <= a {

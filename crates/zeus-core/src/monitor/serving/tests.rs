@@ -659,7 +659,8 @@ fn check_work_on_sim(
         }
     }
     // Random schedules: nearly all cover every request (seen over 448 schedules, seeds 1-7
-    // of 64 each: 11 misses in 78,882 requests, on 5 schedules).
+    // of 64 each: 20 misses in 78,882 requests, on 9 schedules; `survey_anchor_placement`'s
+    // 448: 8 of 73,685, on 7).
     let coverage = covered as f64 / run.records.len() as f64;
     if std::env::var("SERVING_COVERAGE").is_ok() {
         eprintln!(
@@ -749,16 +750,22 @@ proptest! {
 }
 
 /// Where the weights and the bounds go wrong on random schedules, anchor by anchor: per
-/// schedule, the weights' errors and the sampler's anchors against the truth (rms, and how
-/// many are off by more than 5 J: on this H100, at least half a counter period's energy, a
-/// value placed at the wrong publish). `SERVING_SURVEY_N` schedules (default 32) from
-/// `SERVING_SURVEY_SEED` (default 1). Seen (32 from seed 1): the two schedules whose weights
-/// miss by the most (KV -100%; decode -69%, KV +186%), both of short outputs (prefill bursts),
-/// are the two with anchors a period off (24 and 62 of 353 and 377; rms 3.5 and 7.2 J, against
-/// 0.0-0.8 J on the other 30): the counter's publish grid, fitted where the readings look
-/// calm, moves its phase by tens of milliseconds from fit to fit under a load that steps
-/// between power updates, and reads planned just after a publish fall before it. Those with
-/// KV off by 6-12% (3 more) have no anchor off.
+/// schedule, the weights' errors, the sampler's anchors against the truth (rms, and how many
+/// are off by more than 5 J: on this H100, at least half a counter period's energy, a value
+/// placed at the wrong publish), and what the property test asserts (weights beyond
+/// max(5%, 3 standard errors), requests outside their bounds). `SERVING_SURVEY_N` schedules
+/// (default 32) from `SERVING_SURVEY_SEED` (default 1); `SERVING_SURVEY_ONLY=<seed>` runs the
+/// one with that engine seed, `SERVING_SURVEY_CASE=<seed>,<rate>,<batch>,<prompt>,<output>`
+/// one the property test reported. Seen over 448 (seeds 1 and 2, 224 each; 443 distinct, 73,685
+/// requests), before and after the publish grid stopped being replaced at every refit (its
+/// period compared exactly while the power period's estimate moved by parts per million):
+/// anchors more than 5 J off 946 on 88 schedules -> 285 on 34; weights more than 5% off 124
+/// on 93 -> 98 on 88; beyond the property test's allowance 3 -> 1; requests outside their
+/// bounds 31 on 10 -> 8 on 7; |KV error| p90 9.8% -> 8.7%, worst 223% -> 115%. (On the
+/// property test's own draws, seeds 1-7 of 64: beyond the allowance 0 -> 2, outside their
+/// bounds 8 on 5 -> 20 on 9, all four weights within 5% on 366 -> 362: schedules whose batch
+/// stays full or whose decode and KV work move together are fitted as badly either way, by
+/// different small errors in the anchors, and which ones go wrong moves.)
 #[test]
 #[ignore]
 fn survey_anchor_placement() {
@@ -767,17 +774,29 @@ fn survey_anchor_placement() {
     let model = serving_model();
     let truth = [model.idle_w, model.a, model.b, model.c];
     eprintln!(
-        "seed   rate  batch prompt output | idle% prefill% decode% kv%  | anchors rms J  off>5J"
+        "seed   rate  batch prompt output | idle% prefill% decode% kv%  | anchors rms J  off>5J \
+         | w>3se misses records"
     );
+    // One schedule the property test reported: `SERVING_SURVEY_CASE=seed,rate,batch,prompt,output`.
+    let case: Option<Vec<f64>> = std::env::var("SERVING_SURVEY_CASE")
+        .ok()
+        .map(|v| v.split(',').map(|x| x.trim().parse().unwrap()).collect());
+    let n = if case.is_some() { 1 } else { n };
     for k in 0..n {
         let mut rng = Pcg64::seed_from_u64(first * 1_000_003 + k);
-        let seed = rng.random_range(RANDOM_SEED);
-        let rate = rng.random_range(RANDOM_RATE);
-        let batch = rng.random_range(RANDOM_BATCH);
-        let (prompt, output) = (
-            rng.random_range(RANDOM_PROMPT_MAX),
-            rng.random_range(RANDOM_OUTPUT_MAX),
-        );
+        let (seed, rate, batch, prompt, output) = match &case {
+            Some(c) => (c[0] as u64, c[1], c[2] as usize, c[3] as u32, c[4] as u32),
+            None => (
+                rng.random_range(RANDOM_SEED),
+                rng.random_range(RANDOM_RATE),
+                rng.random_range(RANDOM_BATCH),
+                rng.random_range(RANDOM_PROMPT_MAX),
+                rng.random_range(RANDOM_OUTPUT_MAX),
+            ),
+        };
+        if std::env::var("SERVING_SURVEY_ONLY").is_ok_and(|v| v != seed.to_string()) {
+            continue;
+        }
         let steps = engine(seed, 40.0, rate, (16, prompt), (8, output), batch);
         let run = run_on_sim(&steps, &model, LedgerOptions::default(), seed);
         let w = run.ledger.weights().expect("fitted");
@@ -787,10 +806,25 @@ fn survey_anchor_placement() {
         let off = &run.anchors_off;
         let rms = (off.iter().map(|x| x.1 * x.1).sum::<f64>() / off.len().max(1) as f64).sqrt();
         let far = off.iter().filter(|x| x.1.abs() > 5.0).count();
+        // What the property test asserts: weights within max(5%, 3 standard errors), and
+        // requests within their bounds.
+        let beyond = (0..4)
+            .filter(|&i| {
+                let err = (w.as_array()[i] - truth[i]).abs();
+                err > (0.05 * truth[i]).max(3.0 * w.std_err[i])
+            })
+            .count();
+        let misses = run
+            .records
+            .iter()
+            .filter(|r| (r.energy_j - run.truth[&r.id]).abs() > r.bound_j)
+            .count();
         eprintln!(
-            "{seed:5} {rate:5.2} {batch:5} {prompt:6} {output:6} | {} | {:7} {rms:6.2} {far:6}",
+            "{seed:5} {rate:5.2} {batch:5} {prompt:6} {output:6} | {} | {:7} {rms:6.2} {far:6} \
+             | {beyond} {misses:3} {:5}",
             pct.join(" "),
-            off.len()
+            off.len(),
+            run.records.len()
         );
     }
 }
@@ -811,20 +845,36 @@ fn anchors_off_takes_out_the_counter_origin_and_finds_a_misplaced_anchor() {
     assert!(anchors_off(&[(2.5, 750.0)], &truth).is_empty());
 }
 
-/// On a prefill-heavy schedule where the counter's publish grid is right (8499), the
-/// anchors the ledger's `work` fit rests on are where the truth is: none a period off.
+/// On prefill-heavy schedules, the anchors the ledger's `work` fit rests on are where the
+/// truth is: none a period off (at the run's lowest power, idle, a period of the H100's
+/// counter is 9 J; an anchor placed a publish early or late is off by that or more). Seen on
+/// 9160 (short outputs: prefill bursts between the power readings) while the publish grid was
+/// replaced at every refit, its phase wandering across the period: 62 of 377 anchors more
+/// than 5 J off (decode weight -69%, KV +186%); none since. On 8499: 1.7 J at most then, 3.3 J
+/// since (the lag fit moving late in the run: a stretch of anchors 1.6 J off); 19 J with a
+/// grid variant that put reads before the publish they were planned after.
 #[test]
-fn anchors_on_a_serving_schedule_are_where_the_truth_is() {
+fn anchors_on_serving_schedules_are_where_the_truth_is() {
     let model = serving_model();
-    let steps = engine(8499, 40.0, 7.124_511_668_974_867_5, (16, 571), (8, 318), 24);
-    let run = run_on_sim(&steps, &model, LedgerOptions::default(), 8499);
-    assert!(run.anchors_off.len() > 300, "{}", run.anchors_off.len());
-    let worst = run
-        .anchors_off
-        .iter()
-        .map(|x| x.1.abs())
-        .fold(0.0, f64::max);
-    assert!(worst < 2.0, "an anchor {worst} J off");
+    let half_period_idle = 0.5 * model.idle_w * BoardSpec::h100().counter_ms / 1000.0;
+    for (seed, rate, prompt, output, batch) in [
+        (8499, 7.124_511_668_974_867_5, 571, 318, 24),
+        (9160, 6.335_918_696_057_504, 1142, 86, 13),
+    ] {
+        let steps = engine(seed, 40.0, rate, (16, prompt), (8, output), batch);
+        let run = run_on_sim(&steps, &model, LedgerOptions::default(), seed);
+        assert!(
+            run.anchors_off.len() > 300,
+            "{seed}: {}",
+            run.anchors_off.len()
+        );
+        let worst = run
+            .anchors_off
+            .iter()
+            .map(|x| x.1.abs())
+            .fold(0.0, f64::max);
+        assert!(worst < half_period_idle, "{seed}: an anchor {worst} J off");
+    }
 }
 
 #[test]

@@ -164,19 +164,30 @@ impl Track {
         // A fitted grid stays while it explains the recent steady pairs within about one
         // miscount of the best: with few steady pairs (a load that keeps stepping) the best
         // phase wobbles by milliseconds from fit to fit, and reads placed just after a publish
-        // would then fall on the wrong side of it.
+        // would then fall on the wrong side of it. Its period is the same as far as a fit can
+        // tell (compared exactly, the power period's estimate moving by parts per million from
+        // fit to fit replaced the grid at every refit: under prefill bursts on a serving
+        // schedule its phase wandered across the period, and anchors fell a period off).
         let current = fit::grid_score(&pairs, &self.schedule.grid, self.noise);
         let keep = |g: &fit::GridFit| {
             self.schedule.fitted
-                && (g.grid.period - self.schedule.grid.period).abs() < 1e-9
+                && g.grid.same_period(&self.schedule.grid)
                 && current.is_some_and(|c| c <= g.score + 2.0 / g.evidence)
         };
-        if let Some(g) = fitted_grid.filter(|g| !keep(g)) {
+        if let Some(g) = fitted_grid.filter(|g| keep(g)) {
+            // Kept: its period refined (the power period's estimate moves by parts per million
+            // as data come in), its phase where it was near the data.
+            let near = pairs
+                .last()
+                .map_or(g.grid.phase, |p| self.schedule.grid.at_or_before(p.next.0));
+            self.schedule.grid.period = g.grid.period;
+            self.schedule.grid.phase = near;
+        } else if let Some(g) = fitted_grid {
             // Accept a grid once the phases that fit are a small part of the period.
             if g.grid.phase_err < g.grid.period / 4.0 && g.score < 2.0 {
                 let was = self.schedule.grid;
                 self.schedule.grid = g.grid;
-                if !self.schedule.fitted || (was.period - g.grid.period).abs() > 1e-9 {
+                if !self.schedule.fitted || !was.same_period(&g.grid) {
                     // A new grid: the lag guess is the power grid's (the counter describes the
                     // power updates, as on the measured H100) until the data say otherwise.
                     if !self.schedule.lag_known {
