@@ -164,12 +164,17 @@ def test_cpu_power_streams_with_dram(tmp_path: Path) -> None:
         with PowerStreamingClient([_uds(daemon, gpu_indices=[])]) as client:
             _wait_for(client, lambda r: len(r[key].cpu_power_w) == 2, "both packages")
             time.sleep(1.0)  # past the first reads, onto powers measured between reads
-            now = time.time()
             readings = client.get_power()[key]
     assert readings.gpu_power_w == {}
+    # Each reading is the mean power between the daemon's reads, the newest at
+    # `timestamp_s`; on a busy machine the reads fall late and ticks are skipped, so the
+    # mean may span more than one period, and the newest reading may be a second old (seen:
+    # DRAM 7.61 W against 8.03-10.11 W over the second before the client was asked).
+    end = readings.timestamp_s
     for pkg in (0, 1):
-        # The model's power over the last second, from its energy at 50 ms steps.
-        steps = [now - 1.0 + 0.05 * k for k in range(21)]
+        # The model's power over the two seconds before the newest reading, from its energy
+        # at 50 ms steps.
+        steps = [end - 2.0 + 0.05 * k for k in range(41)]
         energy = [zeus.device.sim.cpu_model_energy(pkg, t) for t in steps]
         cpu = [(b[0] - a[0]) / 0.05 for a, b in zip(energy, energy[1:])]
         dram = [(b[1] - a[1]) / 0.05 for a, b in zip(energy, energy[1:])]
