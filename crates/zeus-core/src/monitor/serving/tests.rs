@@ -585,15 +585,22 @@ enum Check {
     Coverage,
 }
 
+/// How far a fitted weight may be from the truth `want` on a random schedule: 5%, or three of
+/// its reported standard errors `se` where the schedule does not tell it that well.
+fn weight_allowance(want: f64, se: f64) -> f64 {
+    (0.05 * want).max(3.0 * se)
+}
+
 /// The acceptance on the simulated GPU: per-request energy within 5% of the truth
 /// for requests longer than 1 s and within its bound for all, the weights within 5%,
 /// conservation exact; conservation always, the rest as `check` says.
 ///
 /// Random schedules are held to conservation, the bounds' coverage, and each weight within
-/// 5% or within three of its reported standard errors: on some schedules decode and KV-cache
-/// work move together, and 40 s do not tell the KV weight within 5% (seen over 64 schedules:
-/// all weights within 5% on 48, KV off by more on 15, decode on 5; each of those weights had
-/// a standard error of 2.8% or more, and the largest error was 2.7 of them).
+/// [`weight_allowance`]: on some schedules decode and KV-cache work move together, and 40 s do
+/// not tell the KV weight within 5% (seen over 64 schedules, `PROPTEST_RNG_SEED=7`: all
+/// weights within 5% on 49, KV off by more on 14, decode on 2; each of those weights had a
+/// standard error of 2.9% or more, and the largest error was 2.1 of them; over 448, seeds
+/// 1-7, two schedules had weights 3.1-3.7 standard errors off).
 fn check_work_on_sim(
     seed: u64,
     rate: f64,
@@ -623,7 +630,7 @@ fn check_work_on_sim(
         let (got, want, se) = (w.as_array()[k], truth[k], w.std_err[k]);
         let allowed = match check {
             Check::Full => 0.05 * want,
-            Check::Bounds | Check::Coverage => (0.05 * want).max(3.0 * se),
+            Check::Bounds | Check::Coverage => weight_allowance(want, se),
         };
         assert!(
             (got - want).abs() <= allowed,
@@ -810,8 +817,7 @@ fn survey_anchor_placement() {
         // requests within their bounds.
         let beyond = (0..4)
             .filter(|&i| {
-                let err = (w.as_array()[i] - truth[i]).abs();
-                err > (0.05 * truth[i]).max(3.0 * w.std_err[i])
+                (w.as_array()[i] - truth[i]).abs() > weight_allowance(truth[i], w.std_err[i])
             })
             .count();
         let misses = run
