@@ -66,6 +66,42 @@ def _batch_of(io: Any) -> list[Any]:
     return io.prepare_batch_update()[0]
 
 
+class _StepWork:
+    """The requests of one batch and each one's work in it, as `EnergyLedger.end_step` takes them.
+
+    A request that has generated nothing yet prefills its query tokens, the others decode
+    them; its KV tokens are its position after the step.
+    """
+
+    __slots__ = ("decode", "ids", "kv", "prefill", "states")
+
+    def __init__(self, batch: list[Any], finished: int | None) -> None:
+        """Read `batch` (`FutureRequestState`s).
+
+        Requests at or past status `finished` are skipped (async: finished in the batch
+        before; their work here is waste).
+        """
+        self.ids: list[str] = []
+        self.prefill: list[int] = []
+        self.decode: list[int] = []
+        self.kv: list[int] = []
+        self.states: list[Any] = []
+        for future in batch:
+            state = future.state
+            if finished is not None and state.status >= finished:
+                continue
+            self.ids.append(state.request_id)
+            q = future.query_length
+            if state.generated_tokens:
+                self.prefill.append(0)
+                self.decode.append(q)
+            else:
+                self.prefill.append(q)
+                self.decode.append(0)
+            self.kv.append(state.position_offset)
+            self.states.append(state)
+
+
 class _Live:
     """Whether the hooks of one attachment report (cleared by `detach`)."""
 
@@ -76,12 +112,17 @@ class _Live:
 
 
 class _Steps:
-    """Per batch processor: batches scheduled and not yet updated, and cancelled requests."""
+    """Per batch processor: batches in flight, the last one's work, cancelled requests.
 
-    __slots__ = ("cancelled", "pending")
+    `pending` counts batches scheduled and not yet updated; `scheduled` is the work of the
+    batch scheduled last, read when it was scheduled (sync batching only).
+    """
+
+    __slots__ = ("cancelled", "pending", "scheduled")
 
     def __init__(self) -> None:
         self.pending = 0
+        self.scheduled: _StepWork | None = None
         self.cancelled: list[Any] = []
 
 
@@ -97,10 +138,11 @@ class ContinuousBatchingEnergy:
       processor it returns is attached;
     - the batch processor's `prepare_next_batch`: once a batch is scheduled on an idle engine,
       `ledger.begin_step()`, so that the time between steps (waiting for requests, scheduling)
-      goes to the ledger's residual;
-    - its `update_batch`: before the original runs, each request's work in the step (prompt
-      tokens while it has generated nothing yet, else decode tokens: the step's query length;
-      KV tokens: its position after the step); after it, `ledger.end_step(...)` and
+      goes to the ledger's residual; then (sync batching) each request's work in the batch
+      (prompt tokens while it has generated nothing yet, else decode tokens: the step's query
+      length; KV tokens: its position after the step), read while the engine's own walk over
+      the batch left it in cache (async batching: when the batch is updated);
+    - its `update_batch`: after the original, `ledger.end_step(...)` with that work and
       `ledger.finish(...)` for each request that finished, with the tokens it generated;
     - its `_handle_request_error` and its scheduler's `clear_cancelled_requests`: failed and
       cancelled requests are finished too (with the tokens generated so far).
@@ -294,6 +336,7 @@ class ContinuousBatchingEnergy:
                 if not live.on:
                     return ready
                 idle = steps.pending == 0 or not is_async
+                steps.scheduled = None
                 try:
                     if idle and steps.cancelled:
                         self._finish_cancelled(steps)
@@ -301,6 +344,15 @@ class ContinuousBatchingEnergy:
                         if idle:
                             ledger.begin_step()
                         steps.pending += 1
+                        proc = proc_ref()
+                        if not is_async and proc is not None:
+                            # Read the batch now, while the engine has just walked its
+                            # requests' states: after the forward pass, with caches cold, the
+                            # same reads cost several times more. A forward pass changes no
+                            # request's state, so the update sees these same values.
+                            steps.scheduled = _StepWork(
+                                proc.inputs_and_outputs.requests_in_batch, None
+                            )
                 except Exception:
                     self._error()
                 return ready
@@ -311,33 +363,18 @@ class ContinuousBatchingEnergy:
             def update_batch() -> None:
                 if not live.on:
                     return original()
-                proc = proc_ref()
-                ids: list[str] = []
-                prefill: list[int] = []
-                decode: list[int] = []
-                kv: list[int] = []
-                states: list[Any] = []
-                for future in _batch_of(proc.inputs_and_outputs) if proc is not None else ():
-                    state = future.state
-                    if state.status >= finished:
-                        continue  # async: finished in the batch before; its work here is waste
-                    ids.append(state.request_id)
-                    q = future.query_length
-                    if state.generated_tokens:
-                        prefill.append(0)
-                        decode.append(q)
-                    else:
-                        prefill.append(q)
-                        decode.append(0)
-                    kv.append(state.position_offset)
-                    states.append(state)
+                work, steps.scheduled = steps.scheduled, None
+                if work is None:  # async batching, or attached after the batch was scheduled
+                    proc = proc_ref()
+                    batch = _batch_of(proc.inputs_and_outputs) if proc is not None else []
+                    work = _StepWork(batch, finished)
                 original()
                 steps.pending = max(steps.pending - 1, 0)
                 try:
                     if self.labels_of is not None:
-                        self._arrive(states)
-                    ledger.end_step(ids, prefill, decode, kv)
-                    for state in states:
+                        self._arrive(work.states)
+                    ledger.end_step(work.ids, work.prefill, work.decode, work.kv)
+                    for state in work.states:
                         if state.status >= finished:
                             self._finish(state)
                     if steps.cancelled and (steps.pending == 0 or not is_async):
