@@ -345,14 +345,14 @@ class ContinuousBatchingEnergy:
                             ledger.begin_step()
                         steps.pending += 1
                         proc = proc_ref()
-                        if not is_async and proc is not None:
+                        io = proc.inputs_and_outputs if proc is not None else None
+                        batch = getattr(io, "requests_in_batch", None)
+                        if not is_async and batch is not None:
                             # Read the batch now, while the engine has just walked its
                             # requests' states: after the forward pass, with caches cold, the
                             # same reads cost several times more. A forward pass changes no
                             # request's state, so the update sees these same values.
-                            steps.scheduled = _StepWork(
-                                proc.inputs_and_outputs.requests_in_batch, None
-                            )
+                            steps.scheduled = _StepWork(batch, None)
                 except Exception:
                     self._error()
                 return ready
