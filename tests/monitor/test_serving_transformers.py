@@ -13,7 +13,11 @@ import pytest
 import zeus.device.sim as sim
 from zeus.monitor import ZeusMonitor
 from zeus.monitor.serving import EnergyLedger
-from zeus.monitor.serving.transformers import ContinuousBatchingEnergy, track_continuous_batching
+from zeus.monitor.serving.transformers import (
+    ContinuousBatchingEnergy,
+    _StepWork,
+    track_continuous_batching,
+)
 
 MAX_NEW = 12
 # Prompts of 3..38 tokens; with `SMALL` the longer ones are prefilled in chunks of 16 tokens, at
@@ -355,3 +359,25 @@ def test_a_failing_labels_of_costs_only_its_labels(
     assert records["req_0"].labels == {} and records["req_0"].finished
     assert records["req_3"].labels == {"prompt": str(len(PROMPTS[3]))}
     assert_conserved(ledger)
+
+
+def test_requests_the_adapter_cannot_read_cost_only_their_accounting(
+    sim_gpus: Any, engine: Engine, reference: dict[str, list[int]], monkeypatch: Any
+) -> None:
+    """A transformers whose request states the adapter cannot read (here: every read
+    raises) generates the same tokens; the steps' energy goes to the residual, and the
+    first error is logged and counted."""
+    sim_gpus("H100", clock="real")
+
+    def unreadable(self: Any, batch: Any, finished: Any) -> None:
+        raise AttributeError("'RequestState' object has no attribute 'position_offset'")
+
+    monkeypatch.setattr(_StepWork, "__init__", unreadable)
+    with EnergyLedger(method="tokens") as ledger:
+        with track_continuous_batching(engine.model, ledger) as tracker:
+            out = engine.generate()
+    assert out == reference
+    assert tracker.errors > 0
+    assert not ledger.records
+    t = ledger.totals()
+    assert t.measured > 0.0 and t.residual == pytest.approx(t.measured, rel=1e-9)

@@ -365,18 +365,22 @@ class ContinuousBatchingEnergy:
                     return original()
                 work, steps.scheduled = steps.scheduled, None
                 if work is None:  # async batching, or attached after the batch was scheduled
-                    proc = proc_ref()
-                    batch = _batch_of(proc.inputs_and_outputs) if proc is not None else []
-                    work = _StepWork(batch, finished)
+                    try:
+                        proc = proc_ref()
+                        batch = _batch_of(proc.inputs_and_outputs) if proc is not None else []
+                        work = _StepWork(batch, finished)
+                    except Exception:  # unread, the step's energy goes to the residual
+                        self._error()
                 original()
                 steps.pending = max(steps.pending - 1, 0)
                 try:
-                    if self.labels_of is not None:
-                        self._arrive(work.states)
-                    ledger.end_step(work.ids, work.prefill, work.decode, work.kv)
-                    for state in work.states:
-                        if state.status >= finished:
-                            self._finish(state)
+                    if work is not None:
+                        if self.labels_of is not None:
+                            self._arrive(work.states)
+                        ledger.end_step(work.ids, work.prefill, work.decode, work.kv)
+                        for state in work.states:
+                            if state.status >= finished:
+                                self._finish(state)
                     if steps.cancelled and (steps.pending == 0 or not is_async):
                         self._finish_cancelled(steps)
                 except Exception:
