@@ -75,11 +75,11 @@ class _StepWork:
 
     __slots__ = ("decode", "ids", "kv", "prefill", "states")
 
-    def __init__(self, batch: list[Any], finished: int | None) -> None:
+    def __init__(self, batch: list[Any], finished: int) -> None:
         """Read `batch` (`FutureRequestState`s).
 
         Requests at or past status `finished` are skipped (async: finished in the batch
-        before; their work here is waste).
+        before; their work here is waste; a batch just scheduled has none).
         """
         self.ids: list[str] = []
         self.prefill: list[int] = []
@@ -88,7 +88,7 @@ class _StepWork:
         self.states: list[Any] = []
         for future in batch:
             state = future.state
-            if finished is not None and state.status >= finished:
+            if state.status >= finished:
                 continue
             self.ids.append(state.request_id)
             q = future.query_length
@@ -344,15 +344,14 @@ class ContinuousBatchingEnergy:
                         if idle:
                             ledger.begin_step()
                         steps.pending += 1
-                        proc = proc_ref()
-                        io = proc.inputs_and_outputs if proc is not None else None
-                        batch = getattr(io, "requests_in_batch", None)
-                        if not is_async and batch is not None:
-                            # Read the batch now, while the engine has just walked its
-                            # requests' states: after the forward pass, with caches cold, the
-                            # same reads cost several times more. A forward pass changes no
-                            # request's state, so the update sees these same values.
-                            steps.scheduled = _StepWork(batch, None)
+                        # Sync batching: read the batch now, while the engine has just walked
+                        # its requests' states: after the forward pass, with caches cold, the
+                        # same reads cost several times more. A forward pass changes no
+                        # request's state, so the update sees these same values.
+                        proc = None if is_async else proc_ref()
+                        batch = getattr(proc and proc.inputs_and_outputs, "requests_in_batch", None)
+                        if batch is not None:
+                            steps.scheduled = _StepWork(batch, finished)
                 except Exception:
                     self._error()
                 return ready
