@@ -204,6 +204,14 @@ pub struct Schedule {
     pub on_ticks: bool,
 }
 
+impl Schedule {
+    /// Whether anchors are placed on the power readings' ticks (see [`Schedule::on_ticks`])
+    /// rather than at publish minus lag.
+    pub fn snaps(&self) -> bool {
+        self.on_ticks && self.lag_known
+    }
+}
+
 /// One self-check: how far the model's prediction of a counter step was off.
 #[derive(Debug, Clone, Copy)]
 struct Residual {
@@ -687,6 +695,80 @@ mod tests {
         let want = track.model(a, now, None).0;
         assert_ne!(want, before, "the edge should reshape the model");
         assert_eq!(track.model_past_anchor(a, now), want);
+    }
+
+    /// Anchors placed on the ticks and anchors placed at publish minus a lag 9 ms off are
+    /// not mixed unnoticed: when the rule changes, the recent reads are placed again under
+    /// the new one, and windows from the older anchors to the new ones count the move.
+    #[test]
+    fn a_change_of_placement_rule_places_the_recent_reads_again() {
+        let mut track = Track::new(100.0, Some(0.1));
+        track.set_known_lag(0.0);
+        track.set_max_power(750.0);
+        let watts = 300.0;
+        // Power updates every 100 ms, polled every 10 ms; the counter publishes the energy at
+        // each update, and is read once per period at moments spread over it. (A watt up
+        // and down: readings that do not change make no ticks.)
+        let mut joules = 0.0;
+        for i in 1..=3000 {
+            let t = 100.0 + i as f64 * 0.01;
+            let k = (i - 1) / 10;
+            let w = watts + (k % 2) as f64;
+            track.on_power(t, (w * 1000.0) as u32, None);
+            joules += w * 0.01;
+            if i % 10 == (k * 7) % 10 {
+                let published = joules - w * 0.01 * ((i - 1) % 10) as f64;
+                track.on_counter(t, t + 0.0002, (published * 1000.0) as u64, 0.0002);
+            }
+        }
+        // Every read placed by a lag 9 ms off, not on the ticks.
+        let off = 0.009;
+        track.schedule.on_ticks = false;
+        track.schedule.lag += off;
+        track.anchors.clear();
+        let reads: Vec<Read> = track.reads.iter().copied().collect();
+        for r in reads {
+            track.attribute_next(r, false);
+        }
+        let n = track.anchors.len();
+        assert!(n > FIT_READS + 20, "{n} anchors");
+        let on_tick = |tr: &Track, a: &Anchor| tr.snap_to_tick(a.t).is_some_and(|k| k.t == a.t);
+        assert!(!on_tick(&track, &track.anchors[n - 1]));
+        let across = (track.anchors[10].t + 0.05, track.anchors[n - 3].t + 0.05);
+        let across_before = track.window(across.0, across.1, false).unwrap();
+        let before = *track.anchors.back().unwrap();
+        // The same lag, now with the rule that puts anchors on ticks.
+        let was = track.schedule;
+        track.schedule.on_ticks = true;
+        assert!(track.schedule.snaps() && !was.snaps());
+        assert!(
+            track.follow_schedule(&was),
+            "the new rule should place reads again"
+        );
+        let n = track.anchors.len();
+        assert!(
+            on_tick(&track, &track.anchors[n - 1]),
+            "{:?}",
+            track.anchors[n - 1]
+        );
+        // The newest read moved from publish minus the lag to its tick: the lag's error and
+        // the tick's timing apart.
+        let after = track.anchors.back().unwrap();
+        assert_eq!(after.read_at, before.read_at);
+        let moved = (after.t - before.t).abs();
+        assert!(moved > off / 2.0, "{before:?} -> {after:?}");
+        let seam = watts * moved / 3f64.sqrt();
+        let kept = &track.anchors[10];
+        assert!(!on_tick(&track, kept));
+        assert!((kept.seam_sigma - seam).abs() < 0.05 * seam, "{kept:?}");
+        let across_after = track.window(across.0, across.1, false).unwrap();
+        assert!(
+            across_after.bound >= across_before.bound.hypot(Z95 * seam) * 0.999,
+            "{across_before:?} -> {across_after:?}"
+        );
+        // Nothing to place again when neither the schedule nor its rule changed.
+        let same = track.schedule;
+        assert!(!track.follow_schedule(&same));
     }
 
     /// A lag refit re-places the recent reads' anchors and leaves the older ones where they
