@@ -29,6 +29,9 @@ impl Settled for Counter {
         }
         Some(out)
     }
+    fn estimate(&mut self, _: f64, _: f64) -> Option<(f64, f64)> {
+        None
+    }
 }
 
 fn step(c: &mut Criterion) {

@@ -651,17 +651,19 @@ impl EnergyMonitor {
         Some(lease.watched(self.cached[k]?))
     }
 
-    /// The energy (J) of `[t0, t1]` summed over the monitored GPUs and its bound (J), once
-    /// final: every GPU is
-    /// read through the sampler, in its cached mode, and its counter has updated past `t1`
-    /// (the edges are interpolated, not extrapolated). `None` until then, and for good where
-    /// a GPU is read otherwise. The serving ledger fits its cost model on these.
-    pub fn settled_energy(&self, t0: f64, t1: f64) -> Option<(f64, f64)> {
+    /// The energy (J) of `[t0, t1]` summed over the monitored GPUs and its bound (J), from
+    /// the sampler's cache: every GPU must be read through the sampler in its cached mode
+    /// (`None` for good where one is read otherwise). With `settled_only`, once final: each
+    /// GPU's counter has updated past `t1` (the edges are interpolated, not extrapolated),
+    /// `None` until then. Without it, as known now: an edge past the last counter update is
+    /// extrapolated, with the bound that says so. The serving ledger fits its cost model on
+    /// settled values, and takes the others for spans it cannot wait for (a flush).
+    pub fn energy_from_cache(&self, t0: f64, t1: f64, settled_only: bool) -> Option<(f64, f64)> {
         let (mut sum, mut bound) = (0.0, 0.0);
         for k in 0..self.indices.len() {
             let w = self.watched(k)?;
             let (e, b) = w.with_track(|t| {
-                if t.mode() != Mode::Cached || !t.is_settled(t1) {
+                if t.mode() != Mode::Cached || (settled_only && !t.is_settled(t1)) {
                     return None;
                 }
                 t.window_estimate(t0, t1).map(|e| (e.joules, e.bound))

@@ -44,6 +44,13 @@ pub trait Settled {
     /// moment each value describes, the value (J, on one scale across counter resets), and how
     /// far off the moment may be (s). `None` where the GPU is not read through the sampler.
     fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>>;
+    /// The energy of `[t0, t1]` as known now, settled or not (an edge past the last counter
+    /// update extrapolated, with a bound that says so), with its bound (J); `None` without an
+    /// estimate of the source's own. For a span that cannot wait to settle (a flush): its
+    /// start is then the edge the settled span before it ended with, where its cuts' sum
+    /// starts from that edge as extrapolated when the cut was taken, before the counter
+    /// showed what the readings missed.
+    fn estimate(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)>;
 }
 
 /// Nothing settles: the fit takes the cuts' sums (exact cuts, or no sampler).
@@ -54,6 +61,9 @@ impl Settled for NothingSettled {
         None
     }
     fn anchors(&mut self, _: usize, _: f64) -> Option<Vec<(f64, f64, f64)>> {
+        None
+    }
+    fn estimate(&mut self, _: f64, _: f64) -> Option<(f64, f64)> {
         None
     }
 }
@@ -943,10 +953,15 @@ impl Ledger {
             } else {
                 None
             };
-            let (span_total, span_bound) = match settled {
-                Some((e, b)) if e.is_finite() && e >= 0.0 && b.is_finite() => (e, b),
-                _ if force || self.now >= span.t1 + SETTLE_GIVE_UP_S => (measured, span.bound),
-                _ => break,
+            let usable = |v: Option<(f64, f64)>| {
+                v.filter(|&(e, b)| e.is_finite() && e >= 0.0 && b.is_finite())
+            };
+            let (span_total, span_bound) = match usable(settled) {
+                Some(v) => v,
+                None if force || self.now >= span.t1 + SETTLE_GIVE_UP_S => {
+                    usable(src.estimate(span.t0, span.t1)).unwrap_or((measured, span.bound))
+                }
+                None => break,
             };
             // Each GPU's part scales with it (its settled share is not known apart).
             let ratio = if measured > 0.0 {

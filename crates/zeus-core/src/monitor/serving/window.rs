@@ -27,7 +27,10 @@ pub struct FromMonitor<'a>(pub &'a EnergyMonitor);
 
 impl Settled for FromMonitor<'_> {
     fn energy(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)> {
-        self.0.settled_energy(t0, t1)
+        self.0.energy_from_cache(t0, t1, true)
+    }
+    fn estimate(&mut self, t0: f64, t1: f64) -> Option<(f64, f64)> {
+        self.0.energy_from_cache(t0, t1, false)
     }
     fn anchors(&mut self, k: usize, after: f64) -> Option<Vec<(f64, f64, f64)>> {
         self.0.anchors_after(k, after)
