@@ -248,6 +248,21 @@ struct Slot {
     steps_energy: f64,
 }
 
+impl Slot {
+    /// Add to the bound what the weights `m` the request's modelled steps were split by
+    /// allow (see `Ledger::attribute`): their uncertainty and the model's misfit, never more
+    /// than the whole energy of those steps; and start afresh for the next weights.
+    fn close_model_bound(&mut self, m: &Weights) {
+        if self.modelled_energy > 0.0 {
+            let moved = (m.reach() * m.spread(&self.sensitivity)).min(self.steps_energy);
+            self.bound += moved + 2.0 * m.rms_rel * self.modelled_energy;
+        }
+        self.sensitivity = [0.0; fit::TERMS];
+        self.modelled_energy = 0.0;
+        self.steps_energy = 0.0;
+    }
+}
+
 /// A measured interval waiting for attribution (`work`).
 #[derive(Debug, Clone)]
 struct Pending {
@@ -875,6 +890,15 @@ impl Ledger {
     /// ledger's own spans.
     fn refit(&mut self) {
         let min = self.opts.min_spans;
+        // What live requests were split by so far is as uncertain as the weights that split
+        // it, not as the next ones: a first fit (8 spans, decode 40% low) split the first
+        // seconds of a run, and the requests' bounds, taken with the weights of a fit on 36
+        // spans a second later, covered a tenth of the error.
+        if let Some(old) = self.weights {
+            for s in self.slots.iter_mut().filter(|s| s.live) {
+                s.close_model_bound(&old);
+            }
+        }
         self.weights = self.anchored.weights(min).or_else(|| self.fit.solve(min));
         self.refit_at = self.now;
     }
@@ -1072,11 +1096,8 @@ impl Ledger {
         let weights = self.weights;
         let s = &mut self.slots[k as usize];
         s.live = false;
-        if let Some(m) = weights.filter(|_| s.modelled_energy > 0.0) {
-            // What the weights' uncertainty and the model's misfit allow (see `attribute`):
-            // never more than the whole energy of the steps it ran in.
-            let moved = (m.reach() * m.spread(&s.sensitivity)).min(s.steps_energy);
-            s.bound += moved + 2.0 * m.rms_rel * s.modelled_energy;
+        if let Some(m) = weights {
+            s.close_model_bound(&m);
         }
         let (finish, output) = s.finish.unwrap_or((self.now, None));
         let produced = s.decode_tokens + if s.prefill_tokens > 0.0 { 1.0 } else { 0.0 };
