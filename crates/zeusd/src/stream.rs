@@ -98,9 +98,11 @@ pub async fn gpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
     }))
 }
 
-/// `GET /cpu/stream_power[?cpu_ids=..]`: `data: {"timestamp_ms", "cpu_id", "cpu_mw",
-/// "dram_mw"}`, power between this sample's reads and the previous one's (the first sample
-/// uses the zone's observed power, or waits for the second).
+/// `GET /cpu/stream_power[?cpu_ids=..]`: `data: {"timestamp_ms", "since_ms", "cpu_id",
+/// "cpu_mw", "dram_mw"}`, the mean power between the previous sample's reads (`since_ms`)
+/// and this one's (`timestamp_ms`). On a busy machine ticks are skipped and the span grows,
+/// so a consumer comparing the figure with anything needs both ends. The first sample uses
+/// the zone's observed power (`since_ms` null), or waits for the second.
 pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Response {
     let ids = match crate::cpu::chosen(&app, &params) {
         Ok(ids) => ids,
@@ -108,7 +110,7 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
     };
     let stop = app.stopping.clone();
     let period = app.cpu_stream_period;
-    let mut prev: Vec<Option<(Instant, f64, Option<f64>)>> = vec![None; ids.len()];
+    let mut prev: Vec<Option<(Instant, u64, f64, Option<f64>)>> = vec![None; ids.len()];
     sse(poll_stream(stop, period, move || {
         let Ok(cpus) = app.cpus.cpus() else {
             return Vec::new();
@@ -130,9 +132,10 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
                     continue;
                 }
             };
-            let now = Instant::now();
+            let (now, read_ms) = (Instant::now(), now_ms());
+            let since_ms = prev[k].map(|(_, ms, _, _)| ms);
             let power = match prev[k] {
-                Some((t0, pkg0, dram0)) => {
+                Some((t0, _, pkg0, dram0)) => {
                     let dt = now.duration_since(t0).as_secs_f64().max(1e-6);
                     let d = match (dram, dram0) {
                         (Some(a), Some(b)) => Some((a - b).max(0.0) / dt),
@@ -145,12 +148,13 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
                     .observed_power_w()
                     .map(|w| (w, p.dram.as_ref().and_then(|z| z.observed_power_w()))),
             };
-            prev[k] = Some((now, pkg, dram));
+            prev[k] = Some((now, read_ms, pkg, dram));
             if let Some((cpu_w, dram_w)) = power {
                 out.push(
                     Event::default().data(
                         json!({
-                            "timestamp_ms": t,
+                            "timestamp_ms": read_ms,
+                            "since_ms": since_ms,
                             "cpu_id": i,
                             "cpu_mw": (cpu_w * 1000.0).round() as u64,
                             "dram_mw": dram_w.map(|w| (w * 1000.0).round() as u64),

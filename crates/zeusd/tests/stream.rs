@@ -94,6 +94,11 @@ fn cpu_stream_power_shape_and_rate() {
         );
         assert!(e.get("dram_mw").is_some(), "{e}");
     }
+    // Each mean covers the span since the previous event's read, which it names.
+    for pair in events.windows(2) {
+        assert_eq!(pair[1]["since_ms"], pair[0]["timestamp_ms"], "{pair:?}");
+        assert!(pair[1]["since_ms"].as_u64() <= pair[1]["timestamp_ms"].as_u64());
+    }
     for (cpu, hz) in rates(&events, "cpu_id") {
         assert!((7.5..=12.5).contains(&hz), "CPU {cpu}: {hz} Hz");
     }

@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Optional
 
 import httpx
@@ -133,14 +133,23 @@ their Zeus 0.16 names."""
 class CpuPowerReading:
     """Power of one CPU package.
 
+    Both powers are means over the daemon's last two reads of the package's counters; on a
+    busy machine the daemon skips ticks and the span grows, so compare them with anything
+    over `since_s`..`until_s`, not over a fixed period.
+
     Attributes:
         cpu_w: Package power, W.
         dram_w: DRAM power, W, or None where the package has no DRAM zone.
+        since_s: The daemon's clock (UNIX seconds) at the earlier read, or None where the
+            figure is the zone's observed power (a stream's first) or the daemon did not say.
+        until_s: The daemon's clock at the later read, or None where the daemon did not say.
 
     """
 
     cpu_w: float = 0.0
     dram_w: Optional[float] = None
+    since_s: Optional[float] = None
+    until_s: Optional[float] = None
 
 
 @dataclass
@@ -163,7 +172,7 @@ class PowerReadings:
         return PowerReadings(
             self.timestamp_s,
             dict(self.gpu_power_w),
-            {i: CpuPowerReading(r.cpu_w, r.dram_w) for i, r in self.cpu_power_w.items()},
+            {i: replace(r) for i, r in self.cpu_power_w.items()},
         )
 
 
@@ -404,6 +413,9 @@ class PowerStreamingClient:
                 self._set(stream.server.key, ts, gpu=(index, float(body["power_mw"]) / 1000.0))
             else:
                 reading = _cpu_reading(body["cpu_mw"], body.get("dram_mw"))
+                since_ms = body.get("since_ms")
+                reading.since_s = None if since_ms is None else float(since_ms) / 1000.0
+                reading.until_s = ts
                 self._set(stream.server.key, ts, cpu=(index, reading))
         except (ValueError, KeyError, TypeError) as e:
             logger.warning("%s: ignored a malformed event %r (%s)", stream.label, data[:200], e)
