@@ -183,6 +183,36 @@ def test_a_step_cut_where_it_began_once_it_ended_keeps_gaps_out_of_the_requests(
     assert after.measured == pytest.approx(after.requests + after.residual, rel=1e-9)
 
 
+def test_marked_calls_are_measured_off_the_engines_thread(sim_gpus):
+    """With deferred cuts, the ledger's own thread measures the marks once they are due: an
+    engine that marks a few steps and a finish and then makes no call (waiting for requests)
+    still has them measured, and its record is ready at its next call."""
+    sim_gpus("H100", clock="real", fidelity="real")
+    zeus.device.sim.set_power(0, 200.0)
+    ledger = EnergyLedger(ZeusMonitor(gpu_indices=[0]), method="tokens")
+    deadline = time.monotonic() + 10.0
+    while not ledger.deferred_cuts:
+        assert time.monotonic() < deadline, "the ledger never marked"
+        time.sleep(0.02)
+        ledger.begin_step()
+    for _ in range(3):  # fewer than a batch: due only once the oldest is old enough
+        ledger.begin_step()
+        time.sleep(0.01)  # the step's length, not a wait for a condition
+        ledger.end_step(["r"], [0], [1], [10])
+    ledger.finish("r")
+    assert ledger._core.marks_waiting >= 7
+    assert not ledger.records
+    deadline = time.monotonic() + 20.0
+    while ledger._core.marks_waiting:  # no call of ours measures them
+        assert time.monotonic() < deadline, "the marks were never measured"
+        time.sleep(0.01)
+    ledger.begin_step()  # the engine's next call delivers what is ready
+    ledger.end_step([], [], [], [])
+    assert [(r.request_id, r.steps, r.decode_tokens) for r in ledger.records] == [("r", 3, 3)]
+    totals = ledger.close()
+    assert totals.measured == pytest.approx(totals.requests + totals.residual, rel=1e-9)
+
+
 # A step on the real clock: (milliseconds, its requests, indices of requests that finish after
 # it, whether the engine names its first request twice).
 marked_steps_strategy = st.lists(

@@ -386,9 +386,10 @@ class EnergyLedger:
 
         `begin_step`, `end_step` and `finish` then record when they happened (and what the
         step did), and the monitor's window is cut at those moments together, once 8 steps or
-        a quarter second have gone by, or when anything reads the ledger: the engine's thread
-        enters the monitor once every few steps instead of twice a step, with its caches
-        cold. Records are ready that much later. It needs `defer_cuts`, every GPU read from
+        a quarter second have gone by, by the ledger's own thread (or by the engine's call
+        that finds them overdue, or when anything reads the ledger): the engine's thread does
+        not enter the monitor at all, where it used to twice a step with its caches cold.
+        Records are ready that much later. It needs `defer_cuts`, every GPU read from
         the sampler's cache and no CPU in the monitor; otherwise every call cuts at once.
         """
         return self._core.deferred_cuts

@@ -21,6 +21,7 @@
 //! standard errors and the model's misfit allow its share to move.
 
 mod anchored;
+mod background;
 pub mod fit;
 #[cfg(test)]
 mod tests;
@@ -28,8 +29,11 @@ mod window;
 
 use rustc_hash::FxHashMap;
 
+pub use background::{Background, MeasuredInBackground, BACKGROUND_PERIOD};
 pub use fit::{Features, Weights, WorkFit};
-pub use window::{FromMonitor, Tail, WindowLedger, MARK_BATCH, MARK_CAP, MARK_MAX_AGE_S};
+pub use window::{
+    FromMonitor, Tail, WindowLedger, MARK_BATCH, MARK_CAP, MARK_MAX_AGE_S, MARK_OVERDUE_S,
+};
 
 use super::{MonitorError, MonitorResult};
 use anchored::AnchoredFits;

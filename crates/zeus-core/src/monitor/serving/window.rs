@@ -21,6 +21,9 @@ pub const MARK_BATCH: usize = 8;
 pub const MARK_MAX_AGE_S: f64 = 0.25;
 /// The most marks of any kind that wait.
 pub const MARK_CAP: usize = 256;
+/// The oldest a mark gets, with a background thread to measure it, before the engine's
+/// thread measures it itself ([`WindowLedger::overdue`]).
+pub const MARK_OVERDUE_S: f64 = 4.0 * MARK_MAX_AGE_S;
 
 /// What the sampler knows once it has settled, from the monitor.
 pub struct FromMonitor<'a>(pub &'a EnergyMonitor);
@@ -144,6 +147,11 @@ impl WindowLedger {
         !self.marks.is_empty()
     }
 
+    /// How many marks wait to be measured.
+    pub fn marks_waiting(&self) -> usize {
+        self.marks.len()
+    }
+
     /// Whether the marks are due to be measured at `now`: [`MARK_BATCH`] steps, the oldest
     /// piece [`MARK_MAX_AGE_S`] old, or [`MARK_CAP`] marks of any kind (a finish's moment is
     /// the caller's to give, so it says nothing of how long the mark has waited).
@@ -152,6 +160,18 @@ impl WindowLedger {
             || self.marks.len() >= MARK_CAP
             || self.marks.iter().find_map(|m| match m {
                 Mark::Piece { at, .. } => Some(now - at >= MARK_MAX_AGE_S),
+                Mark::Finish { .. } => None,
+            }) == Some(true)
+    }
+
+    /// Whether the marks are overdue at `now`, where a [`Background`](super::Background)
+    /// thread measures them when [`WindowLedger::due`]: [`MARK_CAP`] marks, or the oldest
+    /// piece [`MARK_OVERDUE_S`] old (the thread starved or gone). The engine's thread then
+    /// measures them itself.
+    pub fn overdue(&self, now: f64) -> bool {
+        self.marks.len() >= MARK_CAP
+            || self.marks.iter().find_map(|m| match m {
+                Mark::Piece { at, .. } => Some(now - at >= MARK_OVERDUE_S),
                 Mark::Finish { .. } => None,
             }) == Some(true)
     }
@@ -538,20 +558,21 @@ mod tests {
         assert!(!wl.due(t), "a finish's moment is not how long it waited");
         wl.mark_begin(t);
         assert!(!wl.due(t + 0.9 * MARK_MAX_AGE_S) && wl.due(t + MARK_MAX_AGE_S));
+        assert!(!wl.overdue(t + MARK_MAX_AGE_S) && wl.overdue(t + MARK_OVERDUE_S));
         for i in 1..MARK_BATCH {
             wl.mark_step(t, &[]).unwrap();
             assert!(!wl.due(t), "{i} steps");
         }
         wl.mark_step(t, &[]).unwrap();
-        assert!(wl.due(t));
+        assert!(wl.due(t) && !wl.overdue(t), "a batch is due, not overdue");
         wl.measure(&mut m, Tail::Nothing, &[]).unwrap().1.unwrap();
         assert!(!wl.finishing(k));
         for _ in 1..MARK_CAP {
             wl.mark_begin(t);
         }
-        assert!(!wl.due(t));
+        assert!(!wl.due(t) && !wl.overdue(t));
         wl.mark_begin(t);
-        assert!(wl.due(t));
+        assert!(wl.due(t) && wl.overdue(t), "as many marks as may wait");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use super::energy::PyZeusMonitor;
 use super::*;
 use crate::monitor::serving::{
-    Ledger, LedgerOptions, Method as LedgerMethod, Tail, WindowLedger, Work,
+    Background, Ledger, LedgerOptions, MeasuredInBackground, Method as LedgerMethod, Tail,
+    WindowLedger, Work, BACKGROUND_PERIOD,
 };
 use crate::monitor::{EnergyMonitor, MonitorResult};
 use pyo3::exceptions::PyTypeError;
@@ -32,18 +33,56 @@ struct State {
     known: Vec<(Py<PyAny>, u32, u64)>,
     /// The next step's, being built (kept for its allocation).
     known_next: Vec<(Py<PyAny>, u32, u64)>,
+    /// Whether a [`Background`] thread measures the marks when they are due (else the
+    /// engine's calls do).
+    background: bool,
+    /// Warnings of the background thread's cuts, for the next call to give.
+    warnings: Vec<String>,
 }
 
 /// Rust half of `zeus.monitor.serving.EnergyLedger`.
 #[pyclass(name = "EnergyLedger", module = "zeus._core.monitor", frozen)]
 pub(crate) struct PyEnergyLedger {
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
+    /// The thread that measures the marks (deferred cuts only).
+    measurer: Mutex<Option<Background>>,
     gpu_indices: Vec<usize>,
     method: &'static str,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl MeasuredInBackground for State {
+    fn measure_due(&mut self) -> bool {
+        if !(self.open && self.background) {
+            return false;
+        }
+        let Ok(now) = self.monitor.get().now() else {
+            return false;
+        };
+        if !(self.window.deferred() && self.window.due(now)) {
+            return true;
+        }
+        let State {
+            window, monitor, ..
+        } = self;
+        match monitor
+            .get()
+            .with_core(|m: &mut EnergyMonitor| window.measure(m, Tail::Nothing, &[]))
+        {
+            Ok(Ok((warnings, _))) => {
+                self.warnings.extend(warnings);
+                true
+            }
+            _ => {
+                // The marks stay; the engine's next call measures them and meets the error.
+                self.background = false;
+                false
+            }
+        }
+    }
 }
 
 impl State {
@@ -77,6 +116,25 @@ impl State {
         let step = self.with_window(py, |w, m| w.measure(m, tail, &work));
         self.work = work;
         step?.py_err(py)
+    }
+
+    /// Whether the engine's call is to measure the marks itself at `now`: when they are due,
+    /// or with a background thread, only when they are overdue.
+    fn must_measure(&self, now: f64) -> bool {
+        if self.background {
+            self.window.overdue(now)
+        } else {
+            self.window.due(now)
+        }
+    }
+
+    /// Give the background thread's warnings, if it had any.
+    fn warn_pending(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.warnings.is_empty() {
+            return Ok(());
+        }
+        let warnings = std::mem::take(&mut self.warnings);
+        warn(py, &warnings)
     }
 
     /// Measure what is marked, if anything is: before anything reads the ledger.
@@ -207,15 +265,27 @@ impl PyEnergyLedger {
             .get()
             .with_core(|m: &mut EnergyMonitor| WindowLedger::open(m, key, ledger, defer))?
             .py_err(py)?;
+        let state = Arc::new(Mutex::new(State {
+            window,
+            monitor,
+            open: true,
+            work: Vec::new(),
+            known: Vec::new(),
+            known_next: Vec::new(),
+            background: defer,
+            warnings: Vec::new(),
+        }));
+        // Set before the thread starts, which stops at once without it. Without a thread, the
+        // engine's calls measure the marks as before.
+        let measurer = defer
+            .then(|| Background::spawn(Arc::downgrade(&state), BACKGROUND_PERIOD).ok())
+            .flatten();
+        if measurer.is_none() {
+            lock(&state).background = false;
+        }
         Ok(PyEnergyLedger {
-            state: Mutex::new(State {
-                window,
-                monitor,
-                open: true,
-                work: Vec::new(),
-                known: Vec::new(),
-                known_next: Vec::new(),
-            }),
+            state,
+            measurer: Mutex::new(measurer),
             gpu_indices: indices,
             method: method.name(),
         })
@@ -237,6 +307,12 @@ impl PyEnergyLedger {
     #[getter]
     fn deferred_cuts(&self) -> bool {
         lock(&self.state).window.deferred()
+    }
+
+    /// How many calls are marked and not yet measured (deferred cuts).
+    #[getter]
+    fn marks_waiting(&self) -> usize {
+        lock(&self.state).window.marks_waiting()
     }
 
     /// The id of aggregate group `name` (created on first use).
@@ -277,10 +353,10 @@ impl PyEnergyLedger {
             let now = st.monitor.get().now()?;
             st.window.mark_begin(now);
             // Marks wait a bounded time, whichever calls an engine makes.
-            if st.window.due(now) {
+            if st.must_measure(now) {
                 st.measure(py, Tail::Nothing)?;
             }
-            return Ok(());
+            return st.warn_pending(py);
         }
         st.measure(py, Tail::Gap)
     }
@@ -328,9 +404,10 @@ impl PyEnergyLedger {
             st.resolve(ids, prefill, decode, kv, now)?;
         }
         let marked = st.window.mark_step(now, &st.work);
-        if st.window.due(now) {
+        if st.must_measure(now) {
             st.measure(py, Tail::Nothing)?;
         }
+        st.warn_pending(py)?;
         marked.py_err(py)?;
         Ok(st.window.ledger().ready())
     }
@@ -351,9 +428,10 @@ impl PyEnergyLedger {
             st.window
                 .mark_finish(request_id, at, output_tokens)
                 .py_err(py)?;
-            if st.window.due(st.monitor.get().now()?) {
+            if st.must_measure(st.monitor.get().now()?) {
                 st.measure(py, Tail::Nothing)?;
             }
+            st.warn_pending(py)?;
         } else {
             st.measure_marks(py)?;
             st.window
@@ -497,10 +575,21 @@ impl PyEnergyLedger {
     /// Stop: the energy since the last step goes to the residual, everything is attributed,
     /// open requests are reported as unfinished, and the monitor's window is closed.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // Stopped first, without the state's lock, which it may be waiting for.
+        let measurer = self
+            .measurer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(mut m) = measurer {
+            m.stop();
+        }
         let mut st = lock(&self.state);
+        st.background = false;
         if !st.open {
             return Ok(());
         }
+        st.warn_pending(py)?;
         st.with_window(py, |w, m| Ok((w.close(m)?, ())))?;
         st.open = false;
         Ok(())
