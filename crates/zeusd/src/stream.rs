@@ -98,6 +98,16 @@ pub async fn gpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
     }))
 }
 
+/// One read of a CPU package's counters: when (monotonic, and the wall clock in ms) and the
+/// energies (J).
+#[derive(Clone, Copy)]
+struct PackageRead {
+    at: Instant,
+    at_ms: u64,
+    package_j: f64,
+    dram_j: Option<f64>,
+}
+
 /// `GET /cpu/stream_power[?cpu_ids=..]`: `data: {"timestamp_ms", "since_ms", "cpu_id",
 /// "cpu_mw", "dram_mw"}`, the mean power between the previous sample's reads (`since_ms`)
 /// and this one's (`timestamp_ms`). On a busy machine ticks are skipped and the span grows,
@@ -110,7 +120,7 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
     };
     let stop = app.stopping.clone();
     let period = app.cpu_stream_period;
-    let mut prev: Vec<Option<(Instant, u64, f64, Option<f64>)>> = vec![None; ids.len()];
+    let mut prev: Vec<Option<PackageRead>> = vec![None; ids.len()];
     sse(poll_stream(stop, period, move || {
         let Ok(cpus) = app.cpus.cpus() else {
             return Vec::new();
@@ -133,9 +143,14 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
                 }
             };
             let (now, read_ms) = (Instant::now(), now_ms());
-            let since_ms = prev[k].map(|(_, ms, _, _)| ms);
+            let since_ms = prev[k].map(|r| r.at_ms);
             let power = match prev[k] {
-                Some((t0, _, pkg0, dram0)) => {
+                Some(PackageRead {
+                    at: t0,
+                    package_j: pkg0,
+                    dram_j: dram0,
+                    ..
+                }) => {
                     let dt = now.duration_since(t0).as_secs_f64().max(1e-6);
                     let d = match (dram, dram0) {
                         (Some(a), Some(b)) => Some((a - b).max(0.0) / dt),
@@ -148,7 +163,12 @@ pub async fn cpu_stream_power(State(app): State<Shared>, params: Params) -> Resp
                     .observed_power_w()
                     .map(|w| (w, p.dram.as_ref().and_then(|z| z.observed_power_w()))),
             };
-            prev[k] = Some((now, read_ms, pkg, dram));
+            prev[k] = Some(PackageRead {
+                at: now,
+                at_ms: read_ms,
+                package_j: pkg,
+                dram_j: dram,
+            });
             if let Some((cpu_w, dram_w)) = power {
                 out.push(
                     Event::default().data(
