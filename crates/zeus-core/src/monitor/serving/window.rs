@@ -156,12 +156,7 @@ impl WindowLedger {
     /// piece [`MARK_MAX_AGE_S`] old, or [`MARK_CAP`] marks of any kind (a finish's moment is
     /// the caller's to give, so it says nothing of how long the mark has waited).
     pub fn due(&self, now: f64) -> bool {
-        self.marked_steps >= MARK_BATCH
-            || self.marks.len() >= MARK_CAP
-            || self.marks.iter().find_map(|m| match m {
-                Mark::Piece { at, .. } => Some(now - at >= MARK_MAX_AGE_S),
-                Mark::Finish { .. } => None,
-            }) == Some(true)
+        self.marked_steps >= MARK_BATCH || self.waited(now, MARK_MAX_AGE_S)
     }
 
     /// Whether the marks are overdue at `now`, where a [`Background`](super::Background)
@@ -169,9 +164,14 @@ impl WindowLedger {
     /// piece [`MARK_OVERDUE_S`] old (the thread starved or gone). The engine's thread then
     /// measures them itself.
     pub fn overdue(&self, now: f64) -> bool {
+        self.waited(now, MARK_OVERDUE_S)
+    }
+
+    /// [`MARK_CAP`] marks, or the oldest piece `max_age_s` old at `now`.
+    fn waited(&self, now: f64, max_age_s: f64) -> bool {
         self.marks.len() >= MARK_CAP
             || self.marks.iter().find_map(|m| match m {
-                Mark::Piece { at, .. } => Some(now - at >= MARK_OVERDUE_S),
+                Mark::Piece { at, .. } => Some(now - at >= max_age_s),
                 Mark::Finish { .. } => None,
             }) == Some(true)
     }

@@ -59,10 +59,13 @@ impl MeasuredInBackground for State {
         if !(self.open && self.background) {
             return false;
         }
+        if !(self.window.deferred() && self.window.has_marks()) {
+            return true;
+        }
         let Ok(now) = self.monitor.get().now() else {
             return false;
         };
-        if !(self.window.deferred() && self.window.due(now)) {
+        if !self.window.due(now) {
             return true;
         }
         let State {
