@@ -853,6 +853,57 @@ fn schedules_that_once_missed_keep_every_request_within_its_bound() {
     );
 }
 
+/// Schedules whose weights were once more than 5% off (three or more standard errors): the
+/// sampler had placed stretches of anchors by lags fitted a few milliseconds off the power
+/// updates (a serving engine's bursts alias the fit, and window edges at every step match the
+/// counter's steps to the wrong edge), with a millisecond's timing error, and the anchored fit
+/// read the misplaced energy at each burst as KV-cache or decode work (8865: KV -14%, 5383:
+/// KV +116%); and, the sampler's rule at first tightened without the family, lags left
+/// unknown whose anchors the fit could not use, fitted on the ledger's own spans instead
+/// (8196: prefill -12%, 3444: decode -12%) or placed 27 ms early by a lag from the window
+/// edges (8615: prefill -30%). Held to everything.
+#[test]
+fn schedules_whose_anchors_were_once_off_the_ticks_fit_every_weight_within_five_percent() {
+    for (seed, rate, batch, prompt, output) in [
+        (8865, 0.5, 4, 1045, 149),
+        (5383, 1.054_949_251_681_508_9, 5, 814, 49),
+        (8196, 3.794_247_922_373_043_6, 8, 497, 153),
+        (3444, 1.365_338_140_866_239_7, 4, 946, 16),
+        (8615, 0.959_559_517_748_399_1, 4, 64, 159),
+    ] {
+        check_work_on_sim(seed, rate, batch, (16, prompt), (8, output), Check::Full);
+    }
+}
+
+/// On sparse, bursty schedules the anchors the `work` fit rests on sit where the counter's
+/// updates are: none more than half a millisecond of idle power off (0.045 J; 8865 and 5383
+/// had stretches 3 ms off, 1.0-1.5 J at a prefill, before a counter on the power grid was
+/// held to describe the power updates).
+#[test]
+fn anchors_on_sparse_serving_schedules_sit_on_the_counter_updates() {
+    let model = serving_model();
+    let allowed = model.idle_w * 0.0005;
+    for (seed, rate, prompt, output, batch) in [
+        (8865, 0.5, 1045, 149, 4),
+        (5383, 1.054_949_251_681_508_9, 814, 49, 5),
+        (8615, 0.959_559_517_748_399_1, 64, 159, 4),
+    ] {
+        let steps = engine(seed, 40.0, rate, (16, prompt), (8, output), batch);
+        let run = run_on_sim(&steps, &model, LedgerOptions::default(), seed);
+        assert!(
+            run.anchors_off.len() > 300,
+            "{seed}: {}",
+            run.anchors_off.len()
+        );
+        let worst = run
+            .anchors_off
+            .iter()
+            .map(|x| x.1.abs())
+            .fold(0.0, f64::max);
+        assert!(worst < allowed, "{seed}: an anchor {worst} J off");
+    }
+}
+
 /// The random schedules' ranges: engine seed, arrival rate (1/s), batch limit, and the
 /// largest prompt and output (tokens), for the property test and the survey alike.
 const RANDOM_SEED: std::ops::Range<u64> = 0..10_000;

@@ -44,7 +44,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 
-use super::fit::{self, Grid, LagFit, LagRead, ReadPair};
+use super::fit::{self, Grid, LagRead, ReadPair};
 use scale::{Magnitude, ScaleLog};
 
 mod bound;
@@ -83,6 +83,10 @@ pub const LAG_MIN: f64 = -0.005;
 /// The longest lag the counter's steps at window edges may show (s); one there or beyond is
 /// outside what the sampler calibrates.
 const STEP_LAG_MAX: f64 = 2.0 * LAG_MAX;
+/// How far (s) beyond its own error a measured lag of a counter on the power grid may be from
+/// the grid's family and still be read as the family's: the power updates' own timing and a
+/// fit's aliasing under a load that moves between them.
+const FAMILY_SLACK: f64 = 0.003;
 /// Until the calibration has a schedule, the counter is taken to describe the power updates
 /// and show each this long after it (as measured on an H100 with driver 580: 10-25 ms), give or
 /// take as much: the first windows are then as good as on that board, and the calibration

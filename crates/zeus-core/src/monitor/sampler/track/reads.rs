@@ -232,7 +232,7 @@ impl Track {
             self.schedule.lag = lag;
             self.schedule.lag_err = KNOWN_LAG_ERR;
             self.schedule.lag_known = true;
-            self.schedule.on_ticks = (self.schedule.grid.period - self.period).abs() < 1e-6;
+            self.schedule.on_ticks = self.counter_on_power_grid();
             if self.average_only || self.averaged.is_some() {
                 self.fit_averaging();
             }
@@ -244,7 +244,11 @@ impl Track {
             self.fit_averaging();
             // Edges that agree to within 10 ms: where the load does not step at them (it moves
             // on its own), the counter's steps fall anywhere and the lag stays unknown.
-            if let Some((lag, err)) = self.lag_from_steps().filter(|&(_, e)| e < 0.01) {
+            if let Some((lag, err)) = self
+                .lag_from_steps()
+                .filter(|&(_, e)| e < 0.01)
+                .and_then(|(lag, e)| self.on_family(lag, e))
+            {
                 self.schedule.lag = lag;
                 self.schedule.lag_err = err;
                 self.schedule.lag_known = true;
@@ -297,26 +301,25 @@ impl Track {
             } else if edges_seen && best > 0.1 {
                 self.lag_misfits += 1;
             }
-            // A counter on the power grid most likely describes the power updates, as on the
-            // measured H100: that lag stands unless the data reject it.
-            let on_grid = (self.schedule.grid.period - self.period).abs() < 1e-6;
+            // A counter on the power grid describes the power updates, as on the measured H100
+            // (and on every simulated board): its lag is of the grid's family.
+            let on_grid = self.counter_on_power_grid();
             let grid_lag = self.on_grid_lag();
-            // The counter may describe an update whole periods back: a lag of the grid's
-            // family.
-            let p = self.period.max(1e-3);
-            let family = grid_lag + ((l.lag - grid_lag) / p).round() * p;
-            let off_family = (l.lag - family).abs() > l.lag_err + 0.003;
-            // The pooled fit may put the counter between the power updates while the window
-            // edges one by one do not say the same. Its evidence is a few steps, and a caller
-            // held up between its window edge and the load step (a busy machine: tens of ms)
-            // pulls it by as much; such a pull is one edge's, a board's lag is every edge's.
-            let unconfirmed = on_grid
-                && l.informative
-                && off_family
-                && !l.accepts(grid_lag)
-                && !self.steps_confirm(&l, grid_lag);
+            let family = self.lag_family(l.lag);
+            let off_family = (l.lag - family).abs() > l.lag_err + FAMILY_SLACK;
+            // A pooled fit that puts an on-grid counter between the power updates is read as
+            // what it is there: a load that moves between the readings aliases the fit (its
+            // best lag wanders by milliseconds, 3-10 ms off under a serving engine's bursts),
+            // and a caller held up between its window edge and the load step (a busy machine:
+            // tens of ms) pulls it by as much. The window edges one by one are no check on it:
+            // at an engine's every step (12-30 ms apart) they match the counter's steps to the
+            // wrong edge and agreed on 40 ms for the H100's 15.
+            let unconfirmed = on_grid && l.informative && off_family && !l.accepts(grid_lag);
+            // Near the family (within the fit's error and 3 ms): the counter describes a power
+            // update, and the fit's few milliseconds off it are the same aliasing.
+            let near_family = on_grid && l.informative && !off_family;
             self.schedule.on_ticks =
-                on_grid && (unconfirmed || !l.informative || l.accepts(grid_lag));
+                on_grid && (unconfirmed || !l.informative || l.accepts(grid_lag) || near_family);
             let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
             if unconfirmed {
                 // The grid's lag stands, measured if it was; the fit is no word on the board.
@@ -330,6 +333,11 @@ impl Track {
                 self.schedule.lag_err = l.lag_err.clamp(0.001, 0.005);
                 self.schedule.lag_known = true;
                 self.schedule.lag_beyond_range = false;
+            } else if near_family {
+                self.schedule.lag = family;
+                self.schedule.lag_err = ((l.lag - family).abs() + l.lag_err).clamp(0.001, 0.005);
+                self.schedule.lag_known = true;
+                self.schedule.lag_beyond_range = false;
             } else if keep {
                 // A measured lag stays while the data still accept it: a load that moves
                 // between readings makes the fit's best lag wander, the board's lag does not.
@@ -341,6 +349,7 @@ impl Track {
             } else if let Some((lag, err)) = self
                 .lag_from_steps()
                 .filter(|&(lag, e)| e < 0.01 && lag < STEP_LAG_MAX && !l.rejects(lag))
+                .and_then(|(lag, e)| self.on_family(lag, e))
             {
                 // The model cannot tell the lag (sparse power samples, a load that moves between
                 // them), but the counter's steps across the window edges can. Unless the model,
@@ -360,11 +369,7 @@ impl Track {
                 // speaks clearly against the lag in use and for a narrow range of its own (on
                 // the power grid, one of the grid's family): the lag in use is wrong, the fit's
                 // is the best word there is.
-                self.schedule.lag = if on_grid && l.accepts(family) {
-                    family
-                } else {
-                    l.lag
-                };
+                self.schedule.lag = if on_grid { family } else { l.lag };
                 self.schedule.lag_err = l.lag_err.max(0.003);
                 self.schedule.lag_known = true;
                 self.schedule.lag_beyond_range = false;
@@ -386,13 +391,27 @@ impl Track {
         }
     }
 
-    /// Whether the counter's steps at window edges, taken one by one ([`Self::lag_from_steps`],
-    /// a median over at least three), agree with the lag `fit` found and not with `grid_lag`.
-    pub(super) fn steps_confirm(&self, fit: &LagFit, grid_lag: f64) -> bool {
-        self.lag_from_steps().is_some_and(|(lag, err)| {
-            (lag - fit.lag).abs() <= err + fit.lag_err + 0.003
-                && (lag - grid_lag).abs() > err + 0.003
-        })
+    /// Whether the counter updates with the power readings (the same period).
+    pub(super) fn counter_on_power_grid(&self) -> bool {
+        (self.schedule.grid.period - self.period).abs() < 1e-6
+    }
+
+    /// The lag of the grid's family nearest `lag`: the counter describing a power update,
+    /// whole periods back or not.
+    pub(super) fn lag_family(&self, lag: f64) -> f64 {
+        let p = self.period.max(1e-3);
+        let grid_lag = self.on_grid_lag();
+        grid_lag + ((lag - grid_lag) / p).round() * p
+    }
+
+    /// A lag measured as `lag` ± `err`, as the schedule may take it: on the power grid, the
+    /// nearest lag of the grid's family where it is within reach, else none; off it, as is.
+    pub(super) fn on_family(&self, lag: f64, err: f64) -> Option<(f64, f64)> {
+        if !self.counter_on_power_grid() {
+            return Some((lag, err));
+        }
+        let family = self.lag_family(lag);
+        ((lag - family).abs() <= err + FAMILY_SLACK).then_some((family, err))
     }
 
     /// The lag from counter steps across window edges, where the load is taken to step: the
