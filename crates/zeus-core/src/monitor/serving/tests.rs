@@ -792,7 +792,10 @@ fn work_on_the_simulated_gpu_meets_the_acceptance() {
 /// 11.6 J over against a bound of 5.1 J), and a one-second span from anchors placed by a lag
 /// 9 ms off to anchors snapped to the ticks, the seam between them unmarked (2905); and six
 /// requests of a run's first seconds, split by a first fit 40% off and bounded by the
-/// covariance of the next, better one (3386: 5-10% under against bounds of 4%).
+/// covariance of the next, better one (3386: 5-10% under against bounds of 4%); and four
+/// requests across a span edge 11 ms into a counter interval whose 27 ms prefill began after
+/// the edge, estimated with the prefill's 6 J before it against a bound of 3.6 J, once the
+/// weights were exact and no longer widened the bounds (33).
 #[test]
 fn schedules_that_once_missed_keep_every_request_within_its_bound() {
     check_work_on_sim(
@@ -849,6 +852,14 @@ fn schedules_that_once_missed_keep_every_request_within_its_bound() {
         43,
         (16, 1067),
         (8, 491),
+        Check::Bounds,
+    );
+    check_work_on_sim(
+        33,
+        4.605_607_895_736_13,
+        62,
+        (16, 440),
+        (8, 236),
         Check::Bounds,
     );
 }

@@ -136,6 +136,19 @@ impl Track {
                 let unexplained = delta - self.model(a.t, b.t, None).0;
                 let x = ((t - a.t) / (b.t - a.t)).clamp(0.0, 1.0);
                 let shape = shape.max(unexplained.abs() * (x * (1.0 - x)).sqrt());
+                // Nor need the energy the readings miss (a prefill between them) lie on either
+                // side of `t` at all: the energy at `t` may be anywhere from the readings' own
+                // to theirs plus all of it. Where the estimate sits at one end of that, the
+                // bound reaches the other (seen: an edge 11 ms into an interval whose 27 ms
+                // prefill began after it, estimated with 6 J of the prefill before it, against
+                // a bound of 3.6 J; with the model's level solved from the counter, the
+                // estimate need not sit where a bridge from the anchors would).
+                let readings = self.model(a.t, t, None).0;
+                let at = delta * frac;
+                let reach = (at - readings)
+                    .abs()
+                    .max((at - readings - unexplained).abs());
+                let shape = shape.max(reach / Z95);
                 if hints >= 2 {
                     // Two edges or more (engine steps shorter than the counter's update): the
                     // load steps at each to levels no reading resolves (a 30 ms prefill between
