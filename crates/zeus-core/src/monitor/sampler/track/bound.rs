@@ -161,7 +161,7 @@ impl Track {
                     // known at which of their levels the load was on either side of `t`.
                     let swing = self.reading_swing(a.t - self.period, b.t + self.period);
                     let near = (t - a.t).min(b.t - t).max(0.0);
-                    let spread = self.model(a.t, t, None).0 + unexplained * x;
+                    let spread = readings + unexplained * x;
                     let placed = (delta * frac - spread).abs();
                     shape
                         .max(swing * near / 3f64.sqrt())
