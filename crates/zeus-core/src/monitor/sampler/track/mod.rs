@@ -701,6 +701,38 @@ mod tests {
         assert_eq!(track.model_past_anchor(a, now), want);
     }
 
+    /// A counter lag the backend states (AMD: counter and power are one metrics table) holds
+    /// from the first reading: until the calibration has a schedule, each power update moves
+    /// the guessed grid, never the lag back to the prior guess (seen: an MI300X's first 0.2 s
+    /// window 4.7 J short, its edges timed by a 15 ms lag across a 300 W load step).
+    #[test]
+    fn a_stated_lag_holds_before_the_calibration_has_a_schedule() {
+        for stated in [0.0, 0.004] {
+            let mut track = Track::new(100.0, Some(0.001));
+            track.set_known_lag(stated);
+            track.set_max_power(750.0);
+            for k in 0..40 {
+                let t = 100.0 + k as f64 * 0.001;
+                let watts = if k < 20 { 200.0 } else { 600.0 } + (k % 2) as f64;
+                track.on_power(t + 0.0001, (watts * 1000.0) as u32, None);
+                let s = track.schedule();
+                assert!(!s.fitted, "no counter read yet, so no calibration");
+                assert_eq!(s.lag, stated, "the lag after reading {k}");
+                assert!(s.lag_known, "the stated lag is known after reading {k}");
+                if let Some(last) = track.ticks().back() {
+                    assert!(
+                        (s.grid.phase - (last.t + stated)).abs() < 1e-9,
+                        "publishes {stated} s after the update (reading {k}): {s:?}"
+                    );
+                }
+            }
+            assert!(
+                track.ticks().len() > 30,
+                "every changed reading is an update"
+            );
+        }
+    }
+
     /// Anchors placed on the ticks and anchors placed at publish minus a lag 9 ms off are
     /// not mixed unnoticed: when the rule changes, the recent reads are placed again under
     /// the new one, and windows from the older anchors to the new ones count the move.

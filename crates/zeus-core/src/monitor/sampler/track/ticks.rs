@@ -213,13 +213,16 @@ impl Track {
             .map(|k| k.watts)
             .fold(f64::INFINITY, f64::min);
         if !self.schedule.fitted && tick.seen {
-            // The guess until calibrated: publishes a prior lag after each power update.
+            // The guess until calibrated: publishes after each power update, as long after it
+            // as the backend states (an AMD board's metrics table: at once) or else a prior
+            // lag. A stated lag is no guess: the first windows are timed by it, not the prior.
+            let lag = self.known_lag.unwrap_or(PRIOR_LAG);
             self.schedule.grid = Grid {
                 period: self.period,
-                phase: tick.t + PRIOR_LAG,
+                phase: tick.t + lag,
                 phase_err: PRIOR_LAG,
             };
-            self.schedule.lag = PRIOR_LAG;
+            self.schedule.lag = lag;
         }
         if tick.seen && self.locked {
             self.refine_period();
