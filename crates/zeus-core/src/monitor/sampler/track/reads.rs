@@ -695,6 +695,14 @@ impl Track {
                 );
                 let sep = (predict(x_new) - predict(old)).abs();
                 let unseen = self.unseen_edge(x_new).is_some();
+                // Where the load moves between readings, how many updates the prediction
+                // spans from the last anchor: its miss grows with them (each can hide bursts
+                // the readings missed), the candidates stay one update apart.
+                let spans = if self.moves_within_intervals() {
+                    ((x_new - prev.t) / self.schedule.grid.period.max(self.period)).max(1.0)
+                } else {
+                    1.0
+                };
                 let swing = self.reading_swing(prev.t - self.period, x_new + self.period);
                 match (unseen, fits(x_new), fits(old)) {
                     (true, true, false) => (x_new, t_err_sched),
@@ -706,8 +714,12 @@ impl Track {
                     // between power updates the readings alias it, and the energy to either
                     // moment is known only to within what they span (seen on 12-40 ms serving
                     // steps: predictions 16 J off over 200-300 ms against publishes 15-24 J
-                    // apart, anchors a whole period off with a millisecond's t_err).
-                    _ if e_new.min(e_old) < 0.35 * sep
+                    // apart, anchors a whole period off with a millisecond's t_err). Nearer
+                    // by a margin that shrinks with the updates the prediction spans: four
+                    // updates past the last anchor (reads around them ambiguous), readings
+                    // that missed the bursts predicted 8 J short, and a value of the earlier
+                    // publish was 1.8 J from the later one's prediction, 8 J from its own.
+                    _ if e_new.min(e_old) < 0.35 * sep / spans
                         && e_new.max(e_old) > 0.5 * swing * (x_new - prev.t) =>
                     {
                         (if e_new <= e_old { x_new } else { old }, t_err_sched)
