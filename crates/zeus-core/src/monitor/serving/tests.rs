@@ -891,7 +891,9 @@ fn schedules_that_once_missed_keep_every_request_within_its_bound() {
 /// KV +116%); and, the sampler's rule at first tightened without the family, lags left
 /// unknown whose anchors the fit could not use, fitted on the ledger's own spans instead
 /// (8196: prefill -12%, 3444: decode -12%) or placed 27 ms early by a lag from the window
-/// edges (8615: prefill -30%). Held to everything.
+/// edges (8615: prefill -30%); and a lag fit pinned at the top of the calibrated range
+/// (100 ms) taken as the family's 101 ms, which put 24 anchors a whole period early (2513:
+/// decode -51%, KV +195%). Held to everything.
 #[test]
 fn schedules_whose_anchors_were_once_off_the_ticks_fit_every_weight_within_five_percent() {
     for (seed, rate, batch, prompt, output) in [
@@ -900,6 +902,7 @@ fn schedules_whose_anchors_were_once_off_the_ticks_fit_every_weight_within_five_
         (8196, 3.794_247_922_373_043_6, 8, 497, 153),
         (3444, 1.365_338_140_866_239_7, 4, 946, 16),
         (8615, 0.959_559_517_748_399_1, 4, 64, 159),
+        (2513, 1.552_595_700_999_274_4, 27, 582, 234),
     ] {
         check_work_on_sim(seed, rate, batch, (16, prompt), (8, output), Check::Full);
     }
@@ -908,7 +911,8 @@ fn schedules_whose_anchors_were_once_off_the_ticks_fit_every_weight_within_five_
 /// On sparse, bursty schedules the anchors the `work` fit rests on sit where the counter's
 /// updates are: none more than half a millisecond of idle power off (0.045 J; 8865 and 5383
 /// had stretches 3 ms off, 1.0-1.5 J at a prefill, before a counter on the power grid was
-/// held to describe the power updates).
+/// held to describe the power updates; 2513 had 24 a whole period early, 9.5-14.6 J, before
+/// its lag was held to the calibrated range).
 #[test]
 fn anchors_on_sparse_serving_schedules_sit_on_the_counter_updates() {
     let allowed = serving_model().idle_w * 0.0005;
@@ -917,6 +921,7 @@ fn anchors_on_sparse_serving_schedules_sit_on_the_counter_updates() {
             (8865, 0.5, 1045, 149, 4),
             (5383, 1.054_949_251_681_508_9, 814, 49, 5),
             (8615, 0.959_559_517_748_399_1, 64, 159, 4),
+            (2513, 1.552_595_700_999_274_4, 582, 234, 27),
         ],
         allowed,
     );
@@ -989,7 +994,8 @@ proptest! {
 /// different small errors in the anchors, and which ones go wrong moves.) Since a counter on
 /// the power grid is held to describe the power updates (its lag of the grid's family): a
 /// weight more than 5% off on 18 of 672 (129 before; 15 with every anchor at its true moment),
-/// beyond the allowance 1, requests outside their bounds 3 on 3.
+/// beyond the allowance 1, requests outside their bounds 3 on 3; since its lag is held to the
+/// calibrated range, 12, 0, and 2 on 2.
 #[test]
 #[ignore]
 fn survey_anchor_placement() {

@@ -396,12 +396,22 @@ impl Track {
         (self.schedule.grid.period - self.period).abs() < 1e-6
     }
 
-    /// The lag of the grid's family nearest `lag`: the counter describing a power update,
-    /// whole periods back or not.
+    /// The lag of the grid's family nearest `lag` within the range the sampler calibrates: the
+    /// counter describing a power update, whole periods back or not. (A fit pinned at the top
+    /// of the range, 100 ms, is not a lag of 101 ms: taking that put 24 anchors a whole period
+    /// early, 9.5-14.6 J off.)
     pub(super) fn lag_family(&self, lag: f64) -> f64 {
         let p = self.period.max(1e-3);
         let grid_lag = self.on_grid_lag();
-        grid_lag + ((lag - grid_lag) / p).round() * p
+        let k = ((lag - grid_lag) / p).round();
+        let lowest = ((LAG_MIN - grid_lag) / p).ceil();
+        let highest = ((LAG_MAX - grid_lag) / p).floor();
+        let k = if lowest <= highest {
+            k.clamp(lowest, highest)
+        } else {
+            k
+        };
+        grid_lag + k * p
     }
 
     /// A lag measured as `lag` ± `err`, as the schedule may take it: on the power grid, the
