@@ -692,18 +692,17 @@ impl Track {
                 // Past a window edge that no power reading has seen yet, the load may have
                 // stepped anywhere (the guess that it held would take a value after a step
                 // down for the earlier publish): there, by what the model allows at each.
-                let fits = |x: f64| {
+                // Each candidate's prediction once: the model integrates over the interval.
+                let (p_new, p_old) = (predict(x_new), predict(old));
+                let fits = |x: f64, predicted: f64| {
                     let (lo, hi) = self.allowed_range(prev, x);
                     let tol = 3.0
-                        * (self.residual_scale(false) * (predict(x) - prev.joules).abs())
+                        * (self.residual_scale(false) * (predicted - prev.joules).abs())
                             .max(self.resolution_j);
                     scaled >= lo - tol && scaled <= hi + tol
                 };
-                let (e_new, e_old) = (
-                    (scaled - predict(x_new)).abs(),
-                    (scaled - predict(old)).abs(),
-                );
-                let sep = (predict(x_new) - predict(old)).abs();
+                let (e_new, e_old) = ((scaled - p_new).abs(), (scaled - p_old).abs());
+                let sep = (p_new - p_old).abs();
                 let unseen = self.unseen_edge(x_new).is_some();
                 // Where the load moves between readings, how many updates the prediction
                 // spans from the last anchor: its miss grows with them (each can hide bursts
@@ -714,7 +713,7 @@ impl Track {
                     1.0
                 };
                 let swing = self.reading_swing(prev.t - self.period, x_new + self.period);
-                match (unseen, fits(x_new), fits(old)) {
+                match (unseen, fits(x_new, p_new), fits(old, p_old)) {
                     (true, true, false) => (x_new, t_err_sched),
                     (true, false, true) => (old, t_err_sched),
                     // Either would do: cannot tell which publish it was, no anchor from it.
