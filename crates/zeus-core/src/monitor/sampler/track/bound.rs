@@ -145,9 +145,32 @@ impl Track {
                 // estimate need not sit where a bridge from the anchors would).
                 let readings = self.model(a.t, t, None).0;
                 let at = delta * frac;
-                let reach = (at - readings)
-                    .abs()
-                    .max((at - readings - unexplained).abs());
+                // Nor is the readings' own energy on either side of `t` more than a guess:
+                // where between two readings the load moved (ramped across the interval), or
+                // at which level it held between window edges (the edges' stretch guessed at
+                // the readings' mean). At the lowest level seen around (less its noise), the
+                // rest may lie on the other side (seen: readings of 99.8 W and 104.4 W ramped
+                // across an edge just before a prefill put 0.2 J of the rise and 0.7 J of
+                // the prefill before it, 0.95 J off against a bound of 0.74 J; a stretch
+                // guessed at 122.7 W that held at 120.9 W hid 0.14 J more of a prefill).
+                let (mut low, mut high) = (
+                    readings.min(readings + unexplained),
+                    readings.max(readings + unexplained),
+                );
+                if let Some((seen_lo, _)) = self.readings_around(a.t, b.t) {
+                    let floor = seen_lo.max(0.0) * (1.0 - 2.0 * self.noise).max(0.0);
+                    let (before, after) = if self.steps() {
+                        (
+                            self.model(a.t, t, Some(floor)).0,
+                            self.model(t, b.t, Some(floor)).0,
+                        )
+                    } else {
+                        (floor * (t - a.t), floor * (b.t - t))
+                    };
+                    low = low.min(before);
+                    high = high.max(delta - after);
+                }
+                let reach = (at - low).abs().max((at - high).abs());
                 let shape = shape.max(reach / Z95);
                 if hints >= 2 {
                     // Two edges or more (engine steps shorter than the counter's update): the

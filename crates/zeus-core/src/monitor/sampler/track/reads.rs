@@ -163,13 +163,25 @@ impl Track {
     pub(super) fn reading_swing(&self, a: f64, b: f64) -> f64 {
         let i = self.ticks.partition_recent(|k| k.t < a);
         let j = self.ticks.partition_recent(|k| k.t <= b).max(i);
-        let (lo, hi) = self
-            .ticks
+        let (lo, hi) = self.reading_extremes(i, j);
+        (hi - lo).max(0.0)
+    }
+
+    /// The lowest and highest power readings (W) from the last at or before `a` to the first
+    /// at or after `b`: the levels the load between them was seen at; `None` without one.
+    pub(super) fn readings_around(&self, a: f64, b: f64) -> Option<(f64, f64)> {
+        let i = self.ticks.partition_recent(|k| k.t <= a).saturating_sub(1);
+        let j = (self.ticks.partition_recent(|k| k.t < b) + 1).min(self.ticks.len());
+        (j > i).then(|| self.reading_extremes(i, j))
+    }
+
+    /// The lowest and highest readings of ticks `i..j` (W).
+    fn reading_extremes(&self, i: usize, j: usize) -> (f64, f64) {
+        self.ticks
             .range(i..j)
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), k| {
                 (l.min(k.watts), h.max(k.watts))
-            });
-        (hi - lo).max(0.0)
+            })
     }
 
     pub(super) fn refit(&mut self) {
