@@ -804,7 +804,10 @@ fn work_on_the_simulated_gpu_meets_the_acceptance() {
 /// requests across span edges just before a prefill, where the readings' own energy up to
 /// the edge was taken as known: ramped from 99.8 W to 104.4 W across an edge whose load held
 /// at 99.2 W (1881: 0.95 J off against 0.74 J), or a stretch between window edges guessed at
-/// 122.7 W that held at 120.9 W (1690, 5901; 1-6% past their bounds).
+/// 122.7 W that held at 120.9 W (1690, 5901; 1-6% past their bounds); and a request whose
+/// span began between an anchor and one a whole update late, a read whose value had not
+/// moved since the read before it placed at the next publish by a prediction 14 J short
+/// (8505: 0.52 J over against 0.47 J).
 #[test]
 fn schedules_that_once_missed_keep_every_request_within_its_bound() {
     check_work_on_sim(
@@ -909,6 +912,14 @@ fn schedules_that_once_missed_keep_every_request_within_its_bound() {
         37,
         (16, 1234),
         (8, 276),
+        Check::Bounds,
+    );
+    check_work_on_sim(
+        8505,
+        6.513_821_653_071_617,
+        17,
+        (16, 723),
+        (8, 214),
         Check::Bounds,
     );
 }

@@ -733,6 +733,49 @@ mod tests {
         }
     }
 
+    /// A read of the value the read before it saw describes that read's publish, not the next
+    /// one it straddles (8505: such a read, 90 ms on, was placed a whole update late by a
+    /// prediction 14 J short); one whose value moved may describe either. Where the grid's
+    /// phase is known to no better than a tenth of its period, both stay for the value to
+    /// settle.
+    #[test]
+    fn a_read_of_an_unchanged_value_describes_the_publish_the_read_before_saw() {
+        let mut track = Track::new(100.0, Some(0.1));
+        track.schedule.grid = Grid {
+            period: 0.1,
+            phase: 100.0,
+            phase_err: 0.001,
+        };
+        track.schedule.fitted = true;
+        track.schedule.lag = 0.01;
+        let read = |before: f64, mj: u64| Read {
+            before,
+            after: before + 0.0004,
+            mj,
+            dithered: false,
+        };
+        // Just after the publish at 100.2; then reads straddling the one at 100.3.
+        track.reads.push_back(read(100.21, 5_000));
+        let same = read(100.2998, 5_000);
+        let moved = read(100.2998, 6_000);
+        let (x, other) = track.candidates(&same);
+        assert!(
+            (x - 100.19).abs() < 1e-9 && other.is_none(),
+            "{x} {other:?}"
+        );
+        let (x, other) = track.candidates(&moved);
+        assert!(
+            (x - 100.29).abs() < 1e-9 && other.is_some_and(|o| (o - 100.19).abs() < 1e-9),
+            "{x} {other:?}"
+        );
+        track.schedule.grid.phase_err = 0.02;
+        let (x, other) = track.candidates(&same);
+        assert!(
+            (x - 100.29).abs() < 1e-9 && other.is_some(),
+            "{x} {other:?}"
+        );
+    }
+
     /// Anchors placed on the ticks and anchors placed at publish minus a lag 9 ms off are
     /// not mixed unnoticed: when the rule changes, the recent reads are placed again under
     /// the new one, and windows from the older anchors to the new ones count the move.
