@@ -34,11 +34,6 @@ from zeus.monitor import ZeusMonitor
 
 lib = ctypes.CDLL(os.environ["ZEUS_NVML_LIB"])
 
-def truth():
-    x = ctypes.c_double()
-    assert lib.zeusSimTrueEnergy(0, ctypes.byref(x)) == 0
-    return x.value
-
 def truth_at(t):
     x = ctypes.c_double()
     assert lib.zeusSimTrueEnergyAt(0, ctypes.c_double(t), ctypes.byref(x)) == 0
@@ -66,23 +61,30 @@ def figures(m, true_energy):
     return {"energy": m.gpu_energy[0], "bound": m.gpu_energy_uncertainty[0],
             "method": m.gpu_energy_provenance[0].method, "truth": true_energy, "time": m.time}
 
+def begin(mon, name):
+    # Begin a window and take the true energy at the very instant the monitor recorded (read
+    # while the simulator still remembers it): on a busy machine this process may be preempted
+    # for tens of ms between any two calls, and the energy there (670 W while busy) would count
+    # in a truth bracketed by reads around begin_window and end_window.
+    mon.begin_window(name)
+    start = mon.measurement_states[name][0]
+    return start, truth_at(start)
+
+def end(mon, name, start, e0, exact=False):
+    # End the window and measure it against the truth between the instants it recorded.
+    m = mon.end_window(name, exact=exact)
+    return figures(m, truth_at(start + m.time) - e0)
+
 def window(mon, name, seconds, gap=0.3, exact=True):
     # exact=True: the end waits for the counter's next update, so both edges are settled
     # between counter values (the figures the Rust sampler tests hold windows to).
     time.sleep(gap)
-    mon.begin_window(name)
-    # The truth between the very instants the monitor recorded (read while the simulator still
-    # remembers them): on a busy machine this process may be preempted for tens of ms between
-    # any two calls, and idle energy there would count in a truth bracketed by reads around
-    # begin_window and end_window.
-    start = mon.measurement_states[name][0]
-    e0 = truth_at(start)
+    start, e0 = begin(mon, name)
     # The load steps at the window's edges.
     busy(True)
     time.sleep(seconds)
     busy(False)
-    m = mon.end_window(name, exact=exact)
-    return figures(m, truth_at(start + m.time) - e0)
+    return end(mon, name, start, e0, exact=exact)
 """
 
 
@@ -133,13 +135,11 @@ calls, seconds = {calls!r}, {seconds!r}
 mon = calibrated_monitor()
 time.sleep(0.3)
 # A window that spans the fault (it starts 0.4 s into the window).
-t0 = truth()
-mon.begin_window("span")
+start, e0 = begin(mon, "span")
 busy(True)
 fault(calls, 0.4, seconds)
 time.sleep(0.4 + seconds + 0.5)
-m = mon.end_window("span")
-span = figures(m, truth() - t0)
+span = end(mon, "span", start, e0)
 busy(False)
 after = [window(mon, f"after{{k}}", s) for k, s in enumerate((0.5, 1.2, 1.2))]
 print(json.dumps({{"span": span, "after": after}}))
@@ -183,14 +183,12 @@ def test_a_ten_second_fault_of_every_call(fake_nvml_lib: Path) -> None:
 ENDS_IN_FAULT = """
 mon = calibrated_monitor()
 time.sleep(0.3)
-t0 = truth()
-mon.begin_window("w")
+start, e0 = begin(mon, "w")
 busy(True)
 time.sleep(0.6)
 fault("all", 0.0, 1.5)
 time.sleep(0.5)          # the window ends inside the fault: no reading saw its end
-m = mon.end_window("w")
-w = figures(m, truth() - t0)
+w = end(mon, "w", start, e0)
 busy(False)
 print(json.dumps(w))
 """
@@ -230,14 +228,12 @@ def test_a_gpu_that_stays_gone_makes_end_window_raise_naming_it(fake_nvml_lib: P
 RESET = """
 mon = calibrated_monitor()
 time.sleep(0.3)
-t0 = truth()
-mon.begin_window("w")
+start, e0 = begin(mon, "w")
 busy(True)
 time.sleep(0.7)
 assert lib.zeusSimResetCounter(0) == 0
 time.sleep(0.8)
-m = mon.end_window("w")
-w = figures(m, truth() - t0)
+w = end(mon, "w", start, e0)
 busy(False)
 later = window(mon, "later", 1.2)
 print(json.dumps({"w": w, "later": later}))
