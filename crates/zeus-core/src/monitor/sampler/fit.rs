@@ -208,6 +208,9 @@ pub fn fit_grid(pairs: &[ReadPair], power_period: f64, noise: f64) -> Option<Gri
     best
 }
 
+/// The fewest read pairs a best lag's score must rest on to speak for it ([`LagFit::founded`]).
+const MIN_LAG_PAIRS: usize = 4;
+
 /// The result of [`fit_lag`].
 #[derive(Debug, Clone)]
 pub struct LagFit {
@@ -225,9 +228,22 @@ pub struct LagFit {
     pub lag_min: f64,
     /// The score differences the readings' noise alone makes between lags.
     pub floor: f64,
+    /// How many read pairs the best lag's score rests on.
+    pub best_pairs: usize,
 }
 
 impl LagFit {
+    /// Whether the best lag's score rests on enough read pairs to stand for the board on its
+    /// own. Where the model knows only a few stretches, a lag that puts one pair on them is
+    /// scored on that pair alone, and one pair may fit any lag by chance: a lag a whole period
+    /// long, scored on one pair that fitted exactly, was taken as measured to 1.3 ms and put
+    /// 7 s of a serving schedule's anchors a period early (10-24 J off each). Sparse loads
+    /// give such fits all the time, and near the lag in use they refine it well (the schedule
+    /// still takes them there, see `Track::refit`).
+    pub fn founded(&self) -> bool {
+        self.best_pairs >= MIN_LAG_PAIRS
+    }
+
     /// Whether `lag` fits about as well as the best lag (a simpler hypothesis that the data do
     /// not reject).
     pub fn accepts(&self, lag: f64) -> bool {
@@ -287,11 +303,11 @@ pub fn fit_lag(
     let margin = grid.phase_err + 0.0005;
     let straddles =
         |r: &LagRead| grid.at_or_before(r.before - margin) != grid.at_or_before(r.after + margin);
-    let scores: Vec<f64> = (0..n)
+    let tallies: Vec<(f64, usize)> = (0..n)
         .map(|k| {
             let lag = lag_min + k as f64 * step;
             let mut total = 0.0;
-            let mut count = 0.0;
+            let mut count = 0;
             for w in reads.windows(2) {
                 // A read that straddles a publish may show either value: it says nothing here.
                 if w.iter().any(&straddles) {
@@ -311,15 +327,17 @@ pub fn fit_lag(
                 let scale = predicted.abs().max(moved.abs()).max(1e-3);
                 let e = (moved - predicted) / scale;
                 total += (e * e).min(1.0);
-                count += 1.0;
+                count += 1;
             }
-            if count > 0.0 {
-                total / count
+            let score = if count > 0 {
+                total / count as f64
             } else {
                 f64::INFINITY
-            }
+            };
+            (score, count)
         })
         .collect();
+    let scores: Vec<f64> = tallies.iter().map(|t| t.0).collect();
     let (kbest, &sbest) = scores
         .iter()
         .enumerate()
@@ -349,6 +367,7 @@ pub fn fit_lag(
     // relative miss under 2%): a load that moves between readings makes every lag fit badly,
     // and the best of bad fits says nothing about the board.
     let floor = noise.powi(2).max(1e-4);
+    let best_pairs = tallies[kbest].1;
     let informative = worst > sbest * 2.0 + floor && lag_err < 0.012 && sbest < 0.005;
     let interior_best = scores[..n.saturating_sub(20)]
         .iter()
@@ -363,6 +382,7 @@ pub fn fit_lag(
         scores,
         lag_min,
         floor,
+        best_pairs,
     })
 }
 
@@ -465,5 +485,47 @@ mod tests {
             .collect();
         let fit = fit_lag(&reads, &grid, (-0.005, 0.1), 0.0, &flat).unwrap();
         assert!(!fit.informative, "{fit:?}");
+    }
+
+    #[test]
+    fn a_best_lag_scored_on_one_pair_is_no_measurement() {
+        let grid = Grid {
+            period: 0.1,
+            phase: 0.015,
+            phase_err: 0.001,
+        };
+        // The counter describes each publish itself (lag 0) of a steady 100 W, read 3 ms
+        // after each publish.
+        let publish = |k: usize| 10.015 + k as f64 * 0.1;
+        let reads: Vec<LagRead> = (0..14)
+            .map(|k| LagRead {
+                before: publish(k) + 0.003,
+                after: publish(k) + 0.0065,
+                joules: 100.0 * publish(k),
+            })
+            .collect();
+        // The model knows two kinds of stretch only: the first five counter intervals, as
+        // lags up to 12 ms place them, where it guesses 20% high; and one interval that only
+        // a lag of 98 ms puts a pair of reads on, where it happens to be exact.
+        let integral = |a: f64, b: f64| {
+            let early = (a - publish(0) + 0.0125).rem_euclid(0.1) <= 0.013 && a < publish(5);
+            let lucky = a >= publish(0) - 0.0985 && b <= publish(1) - 0.0975;
+            if (b - a - 0.1).abs() > 1e-6 {
+                f64::NAN
+            } else if early {
+                120.0 * (b - a)
+            } else if lucky {
+                100.0 * (b - a)
+            } else {
+                f64::NAN
+            }
+        };
+        let fit = fit_lag(&reads, &grid, (-0.005, 0.1), 0.0, &integral).unwrap();
+        // The lucky pair fits best, alone, and clearly better than the five pairs at every lag
+        // they reach (the score alone calls it informative): one pair is no word on the lag.
+        assert!((fit.lag - 0.098).abs() < 0.001, "{fit:?}");
+        assert!(fit.informative, "{fit:?}");
+        assert_eq!(fit.best_pairs, 1, "{fit:?}");
+        assert!(!fit.founded(), "{fit:?}");
     }
 }

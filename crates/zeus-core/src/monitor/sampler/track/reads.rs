@@ -304,11 +304,19 @@ impl Track {
         let edges_seen = reads
             .get(from)
             .is_some_and(|r0| self.last_hint_in(r0.before, f64::INFINITY).is_some());
+        // A lag half a period or more from the one in use says the counter describes another
+        // update altogether: a fit says so only on enough pairs (`LagFit::founded`). Nearer,
+        // a fit on one to three pairs still refines the lag (sparse loads leave the model few
+        // known stretches; refusing those fits too left 41 of 672 serving schedules with a
+        // weight more than 5% off, against 11).
+        let (lag_in_use, half_period) = (self.schedule.lag, self.period / 2.0);
+        let leaps = |lag: f64| (lag - lag_in_use).abs() > half_period;
         if let Some(l) = fitted {
+            let informative = l.informative && (l.founded() || !leaps(l.lag));
             // No lag in the range explains the counter where the load stepped, again and
             // again: the board's lag is outside what the sampler calibrates.
             let best = l.scores.iter().copied().fold(f64::INFINITY, f64::min);
-            if l.informative {
+            if informative {
                 self.lag_misfits = 0;
             } else if edges_seen && best > 0.1 {
                 self.lag_misfits += 1;
@@ -326,12 +334,12 @@ impl Track {
             // tens of ms) pulls it by as much. The window edges one by one are no check on it:
             // at an engine's every step (12-30 ms apart) they match the counter's steps to the
             // wrong edge and agreed on 40 ms for the H100's 15.
-            let unconfirmed = on_grid && l.informative && off_family && !l.accepts(grid_lag);
+            let unconfirmed = on_grid && informative && off_family && !l.accepts(grid_lag);
             // Near the family (within the fit's error and 3 ms): the counter describes a power
             // update, and the fit's few milliseconds off it are the same aliasing.
-            let near_family = on_grid && l.informative && !off_family;
+            let near_family = on_grid && informative && !off_family;
             self.schedule.on_ticks =
-                on_grid && (unconfirmed || !l.informative || l.accepts(grid_lag) || near_family);
+                on_grid && (unconfirmed || !informative || l.accepts(grid_lag) || near_family);
             let keep = self.schedule.lag_known && l.accepts(self.schedule.lag);
             if unconfirmed {
                 // The grid's lag stands, measured if it was; the fit is no word on the board.
@@ -340,7 +348,7 @@ impl Track {
                     self.schedule.lag_known = false;
                     self.schedule.lag_err = self.schedule.grid.phase_err.max(0.005);
                 }
-            } else if on_grid && l.informative && l.accepts(grid_lag) {
+            } else if on_grid && informative && l.accepts(grid_lag) {
                 self.schedule.lag = grid_lag;
                 self.schedule.lag_err = l.lag_err.clamp(0.001, 0.005);
                 self.schedule.lag_known = true;
@@ -353,7 +361,7 @@ impl Track {
             } else if keep {
                 // A measured lag stays while the data still accept it: a load that moves
                 // between readings makes the fit's best lag wander, the board's lag does not.
-            } else if l.informative {
+            } else if informative {
                 self.schedule.lag = l.lag;
                 self.schedule.lag_err = l.lag_err.max(0.001);
                 self.schedule.lag_known = true;
@@ -373,6 +381,7 @@ impl Track {
                 self.schedule.lag_beyond_range = false;
                 self.lag_misfits = 0;
             } else if l.rejects(self.schedule.lag)
+                && (l.founded() || !leaps(if on_grid { family } else { l.lag }))
                 && l.lag_err < 0.012
                 && best < 0.2
                 && (!on_grid || !off_family || l.accepts(family))
