@@ -304,7 +304,7 @@ impl Track {
         let edges_seen = reads
             .get(from)
             .is_some_and(|r0| self.last_hint_in(r0.before, f64::INFINITY).is_some());
-        // A lag half a period or more from the one in use says the counter describes another
+        // A lag more than half a period from the one in use says the counter describes another
         // update altogether: a fit says so only on enough pairs (`LagFit::founded`). Nearer,
         // a fit on one to three pairs still refines the lag (sparse loads leave the model few
         // known stretches; refusing those fits too left 41 of 672 serving schedules with a
