@@ -303,7 +303,8 @@ pub fn fit_lag(
     let margin = grid.phase_err + 0.0005;
     let straddles =
         |r: &LagRead| grid.at_or_before(r.before - margin) != grid.at_or_before(r.after + margin);
-    let tallies: Vec<(f64, usize)> = (0..n)
+    // Each lag's score and the number of pairs it rests on.
+    let (scores, pairs): (Vec<f64>, Vec<usize>) = (0..n)
         .map(|k| {
             let lag = lag_min + k as f64 * step;
             let mut total = 0.0;
@@ -336,8 +337,7 @@ pub fn fit_lag(
             };
             (score, count)
         })
-        .collect();
-    let scores: Vec<f64> = tallies.iter().map(|t| t.0).collect();
+        .unzip();
     let (kbest, &sbest) = scores
         .iter()
         .enumerate()
@@ -367,7 +367,7 @@ pub fn fit_lag(
     // relative miss under 2%): a load that moves between readings makes every lag fit badly,
     // and the best of bad fits says nothing about the board.
     let floor = noise.powi(2).max(1e-4);
-    let best_pairs = tallies[kbest].1;
+    let best_pairs = pairs[kbest];
     let informative = worst > sbest * 2.0 + floor && lag_err < 0.012 && sbest < 0.005;
     let interior_best = scores[..n.saturating_sub(20)]
         .iter()
