@@ -1878,3 +1878,76 @@ fn diagnose_pair_cost() {
         );
     }
 }
+
+/// Windows under load steps on a starved sampler (`Harness::run_until`) reading a simulated AMD
+/// board (`AMD_BOARD`, MI250X by default) over `AMD_SEEDS` seeds of 40 windows each: how many
+/// are past their bound, and past twice it, and the bounds' spread.
+/// `AMD_BOARD=MI300X AMD_SEEDS=150 cargo test -p zeus-core --release --lib survey_amd_starved --
+/// --ignored --nocapture`.
+#[test]
+#[ignore = "survey"]
+fn survey_amd_starved() {
+    let key = std::env::var("AMD_BOARD").unwrap_or("MI250X".into());
+    let seeds = std::env::var("AMD_SEEDS").map_or(20u64, |v| v.parse().unwrap());
+    let mut all = Vec::new();
+    for seed in 1..=seeds {
+        for o in starved_amd_windows(&key, seed) {
+            all.push((
+                (o.user.joules - o.truth).abs() / o.user.bound,
+                o.user.bound,
+                seed,
+            ));
+        }
+    }
+    let n = all.len();
+    let mut missed = std::collections::BTreeMap::new();
+    for x in all.iter().filter(|x| x.0 > 1.0) {
+        *missed.entry(x.2).or_insert(0) += 1;
+    }
+    let past = |k: f64| all.iter().filter(|x| x.0 > k).count();
+    let mut bounds: Vec<f64> = all.iter().map(|x| x.1).collect();
+    bounds.sort_by(f64::total_cmp);
+    eprintln!(
+        "{key}: {n} windows, {} past their bound, {} past twice it; bound J p50 {:.3} p90 {:.3}",
+        past(1.0),
+        past(2.0),
+        bounds[n / 2],
+        bounds[9 * n / 10]
+    );
+    eprintln!("windows past their bound, by seed: {missed:?}");
+}
+
+/// 40 windows of 0.2-1.5 s under load steps at their edges, on a starved sampler reading
+/// simulated AMD board `key`.
+fn starved_amd_windows(key: &str, seed: u64) -> Vec<Outcome> {
+    let mut h = Harness::of(key, BoardKnobs::default(), seed, true);
+    let mut rng = Pcg64::seed_from_u64(seed + 100);
+    h.run_until(h.now() + 1.0);
+    let windows = random_windows(&mut rng, 40, 0.2, 1.5);
+    measure(&mut h, &windows, LoadPattern::EdgeSteps)
+}
+
+/// A starved sampler on AMD's 1 ms grid polls late across several power updates: the change
+/// it then sees fell at one of them, which it cannot tell, and the edges whose counter
+/// intervals hold such a step say so in their bounds (seen beside a busy CI: a 0.2 s MI250X
+/// window 0.37 J low against a 0.16 J bound). These seeds had 3 windows each past their
+/// bounds (of 40; a ~95% bound misses about 2) before the step's spread counted.
+#[test]
+fn a_starved_sampler_on_a_fast_grid_bounds_the_steps_it_polled_late() {
+    for (key, seed) in [
+        ("MI300X", 11),
+        ("MI300X", 48),
+        ("MI300X", 134),
+        ("MI250X", 24),
+        ("MI250X", 41),
+        ("MI250X", 80),
+        ("MI250X", 141),
+    ] {
+        let out = starved_amd_windows(key, seed);
+        let missed: Vec<_> = out
+            .iter()
+            .filter(|o| (o.user.joules - o.truth).abs() > o.user.bound)
+            .collect();
+        assert!(missed.len() <= 1, "{key} seed {seed}: {missed:#?}");
+    }
+}

@@ -78,11 +78,13 @@ impl Track {
                     (self.residual_scale(hinted) * interval * std::f64::consts::FRAC_PI_4).max(walk)
                 };
             let ex = self.extrapolation_sigma(u, t);
+            let spread = self.spread_sigma(a.t, t);
             return Some(Edge {
                 joules: a.joules + e,
                 sigma: (ex.powi(2)
                     + shape.powi(2)
                     + timing.powi(2)
+                    + spread.powi(2)
                     + res_sigma.powi(2)
                     + level_sigma.powi(2))
                 .sqrt(),
@@ -203,9 +205,10 @@ impl Track {
                 0.0
             };
             let timing = timing.max(self.timing_sigma(b)).max(step);
+            let spread = self.spread_sigma(a.t, b.t);
             (
                 a.joules + delta * frac,
-                (shape.powi(2) + timing.powi(2) + res_sigma.powi(2)).sqrt(),
+                (shape.powi(2) + timing.powi(2) + spread.powi(2) + res_sigma.powi(2)).sqrt(),
                 0.0,
             )
         };
@@ -283,6 +286,29 @@ impl Track {
         }
         let dp = (self.tick_power(i) - self.tick_power(i - 1)).abs();
         dp * a.t_err / 3f64.sqrt()
+    }
+
+    /// Sigma (J) of the power steps in `[lo, hi]` that a held-up poll saw without telling at
+    /// which of several updates they fell (a tick's span): each may lie anywhere in it, which
+    /// moves up to the step times the span's part in `[lo, hi]` across an edge there (or,
+    /// with the counter's step between two anchors fixed, the interval's share of it).
+    pub(super) fn spread_sigma(&self, lo: f64, hi: f64) -> f64 {
+        let j = self.ticks.partition_recent(|k| k.t <= hi);
+        let mut var = 0.0;
+        // A span ends before the next tick (the poll that saw it came first): the first tick
+        // whose span ends before `lo` ends the search.
+        for i in (1..j).rev() {
+            let (first, last) = self.ticks[i].span;
+            if last < lo {
+                break;
+            }
+            let within = last.min(hi) - first.max(lo);
+            if within > 0.0 {
+                let dp = (self.tick_power(i) - self.tick_power(i - 1)).abs();
+                var += (dp * within).powi(2) / 3.0;
+            }
+        }
+        var.sqrt()
     }
 
     /// The power an extrapolation's error scales with (W): the latest reading, or the load's

@@ -123,6 +123,9 @@ pub struct Tick {
     pub seen: bool,
     /// How far off `t` may be (s).
     pub t_err: f64,
+    /// When the update may have been, earliest and latest: `t` for both, except where a poll
+    /// held up across several updates saw the change without telling at which of them.
+    pub span: (f64, f64),
     /// Which update this is, counted from the first tick seen.
     pub index: i64,
 }
