@@ -290,6 +290,9 @@ struct OpenWindow {
     /// Per monitored GPU read through the sampler: a counter read at `start` (mJ), taken when
     /// the sampler had switched that GPU to direct reads (its model did not fit the board).
     safe_mj: Vec<Option<u64>>,
+    /// How long after `start` the last of those reads returned (s): the counter was read then,
+    /// not at `start` (a thread preempted in between, on a busy machine, reads it late).
+    safe_late: f64,
     /// Per monitored GPU read directly: its instant power at `start` (W), for the bound.
     start_w: Vec<f64>,
     /// Per monitored GPU read through the sampler, in a window reopened by a cut: the cache's
@@ -757,6 +760,7 @@ impl EnergyMonitor {
         self.read_cached(start, &mut cached_j);
         self.read_counters(&cached_j, &mut counters_mj)?;
         let safe_mj = self.safe_reads()?;
+        let safe_late = self.gpus.now() - start;
         let start_w = self.direct_powers();
         self.sample_edges()?;
         let mut k = self.spare_keys.pop().unwrap_or_default();
@@ -771,6 +775,7 @@ impl EnergyMonitor {
                 zones_j,
                 zones_uncertain_j,
                 safe_mj,
+                safe_late,
                 start_w,
                 start_edges: Vec::new(),
             },
@@ -1052,6 +1057,7 @@ impl EnergyMonitor {
         } else {
             self.safe_reads_for(&w.safe_mj)?
         };
+        let safe_late = self.gpus.now() - end;
         let end_w = if w.start_w.is_empty() {
             Vec::new()
         } else {
@@ -1076,7 +1082,7 @@ impl EnergyMonitor {
             let began_cached = !w.cached_j[k].is_nan();
             let (mut e, b, method) = if let Some(wt) = self.watched(k).cloned() {
                 let (e, b, method, end_edge) =
-                    self.cached_energy(k, i, &wt, w, end, exact, &safe_now)?;
+                    self.cached_energy(k, i, &wt, w, (end, safe_late), exact, &safe_now)?;
                 if reopen {
                     end_edges.resize(k, None);
                     end_edges.push(end_edge);
@@ -1157,7 +1163,7 @@ impl EnergyMonitor {
                 end,
                 end_zones_j,
                 end_zones_u,
-                safe_now,
+                (safe_now, safe_late),
                 end_w,
                 end_edges,
             )?);
@@ -1188,7 +1194,7 @@ impl EnergyMonitor {
         end: f64,
         zones_j: Vec<f64>,
         zones_uncertain_j: Vec<(f64, f64)>,
-        safe_mj: Vec<Option<u64>>,
+        (safe_mj, safe_late): (Vec<Option<u64>>, f64),
         start_w: Vec<f64>,
         start_edges: Vec<Option<Edge>>,
     ) -> MonitorResult<OpenWindow> {
@@ -1209,6 +1215,7 @@ impl EnergyMonitor {
             zones_j,
             zones_uncertain_j,
             safe_mj,
+            safe_late,
             start_w,
             start_edges,
         })
@@ -1234,7 +1241,7 @@ impl EnergyMonitor {
         i: usize,
         watched: &Arc<Watched>,
         w: &OpenWindow,
-        end: f64,
+        (end, end_late): (f64, f64),
         exact: bool,
         safe_now: &[Option<u64>],
     ) -> MonitorResult<(f64, f64, Method, Option<Edge>)> {
@@ -1246,7 +1253,8 @@ impl EnergyMonitor {
         );
         if let (Mode::Direct, (Some(a), Some(b))) = (mode, direct) {
             if let Some(e) = counter_delta_joules(a, b) {
-                let bound = watched.with_track(|t| t.direct_bound(start, end));
+                let bound =
+                    watched.with_track(|t| t.direct_bound((start, w.safe_late), (end, end_late)));
                 return Ok((e, bound, Method::DirectCounter, None));
             }
             // The counter went back within the window: the power readings' integral.
@@ -1279,6 +1287,7 @@ impl EnergyMonitor {
                 // No counter value yet (the sampler has not read one, or every read failed):
                 // the counter now against the value the window started from, if it had one.
                 let e = self.device_read(i)? as f64 / 1000.0;
+                let late = self.gpus.now() - end;
                 if w.cached_j[k].is_nan() {
                     let est = watched.with_track(|t| t.power_window(start, end));
                     return Ok(
@@ -1287,7 +1296,7 @@ impl EnergyMonitor {
                         }),
                     );
                 }
-                let bound = watched.with_track(|t| t.direct_bound(start, end));
+                let bound = watched.with_track(|t| t.direct_bound((start, 0.0), (end, late)));
                 Ok((
                     (e - w.cached_j[k]).max(0.0),
                     bound,

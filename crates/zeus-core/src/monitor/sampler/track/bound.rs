@@ -430,9 +430,10 @@ impl Track {
         Some(combine(self.edge(t0)?, self.edge(t1)?))
     }
 
-    /// The bound of a window read directly at its edges (the counter's values there are stale
-    /// by the lag plus up to a period): the energy that may be missing at either edge.
-    pub fn direct_bound(&self, t0: f64, t1: f64) -> f64 {
+    /// The bound of a window read directly at its edges, each edge `(t, late)` read `late` s
+    /// after `t`: the value there is stale by the lag plus up to a period, as of the read, so
+    /// it may miss or hold the energy from that much before `t` to the read.
+    pub fn direct_bound(&self, (t0, late0): (f64, f64), (t1, late1): (f64, f64)) -> f64 {
         let s = &self.schedule;
         let stale = if s.lag_beyond_range || !s.lag_known {
             (2.0 * LAG_MAX).max(self.lag_beyond + 0.02)
@@ -440,11 +441,14 @@ impl Track {
             s.lag + s.lag_err
         } + s.grid.period
             + s.grid.phase_err;
-        let edge = |t: f64| {
-            let (e, _) = self.model(t - stale, t, None);
-            e * 1.1 + self.free_half_width(self.gap_overlap(t - stale, t)) + self.resolution_j
+        let edge = |t: f64, late: f64| {
+            let late = late.max(0.0);
+            let (e, _) = self.model(t - stale, t + late, None);
+            e * 1.1
+                + self.free_half_width(self.gap_overlap(t - stale, t + late))
+                + self.resolution_j
         };
-        edge(t0).max(edge(t1)) + 2.0 * self.resolution_j
+        edge(t0, late0).max(edge(t1, late1)) + 2.0 * self.resolution_j
     }
 
     /// Energy of `[t0, t1]` integrated from the power readings alone, with its ~95% bound.
