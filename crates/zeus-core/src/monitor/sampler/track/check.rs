@@ -229,7 +229,12 @@ impl Track {
                     STEP_LAG_MAX * 1000.0
                 ),
             )
-        } else if misfit || (self.mode == Mode::Direct && !fits_again) {
+        } else if !misfit && self.mode == Mode::Direct && !fits_again {
+            // Staying until the steps fit again: the reason is still the one it left for (the
+            // recent steps may be too few to say anything, as after a schedule change, and a
+            // warning that "0 of its last 0 counter steps" missed would explain nothing).
+            (Mode::Direct, std::mem::take(&mut self.mode_reason))
+        } else if misfit {
             (
                 Mode::Direct,
                 format!(

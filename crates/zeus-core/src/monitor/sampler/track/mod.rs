@@ -704,6 +704,39 @@ mod tests {
         assert_eq!(track.model_past_anchor(a, now), want);
     }
 
+    /// A device that left the cache because steady steps missed the model keeps saying so
+    /// while it stays on direct reads, also once the recent steps are too few to say anything
+    /// (a new schedule clears them): an MI300X beside busy loops warned that "0 of its last 0
+    /// counter steps" missed.
+    #[test]
+    fn a_device_staying_on_direct_reads_keeps_the_reason_it_left_for() {
+        let mut track = Track::new(100.0, Some(0.1));
+        for _ in 0..8 {
+            track.plain.push(Residual {
+                rel: 0.5,
+                calm: true,
+            });
+        }
+        track.update_mode();
+        assert_eq!(track.mode(), Mode::Direct);
+        let reason = track.mode_reason().to_string();
+        assert!(reason.starts_with("8 of its last 8"), "{reason}");
+        track.plain.clear();
+        track.update_mode();
+        assert_eq!(track.mode(), Mode::Direct);
+        assert_eq!(track.mode_reason(), reason);
+        // Steps that fit again bring it back, with no reason to give.
+        for _ in 0..8 {
+            track.plain.push(Residual {
+                rel: 0.0,
+                calm: true,
+            });
+        }
+        track.update_mode();
+        assert_eq!(track.mode(), Mode::Cached);
+        assert_eq!(track.mode_reason(), "");
+    }
+
     /// A counter lag the backend states (AMD: counter and power are one metrics table) holds
     /// from the first reading: until the calibration has a schedule, each power update moves
     /// the guessed grid, never the lag back to the prior guess (seen: an MI300X's first 0.2 s
