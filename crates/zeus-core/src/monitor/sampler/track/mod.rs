@@ -711,13 +711,14 @@ mod tests {
     #[test]
     fn a_device_staying_on_direct_reads_keeps_the_reason_it_left_for() {
         let mut track = Track::new(100.0, Some(0.1));
-        for _ in 0..8 {
-            track.plain.push(Residual {
-                rel: 0.5,
-                calm: true,
-            });
-        }
-        track.update_mode();
+        // Eight steady steps, each `rel` off the model's prediction.
+        let steps = |track: &mut Track, rel: f64| {
+            for _ in 0..8 {
+                track.plain.push(Residual { rel, calm: true });
+            }
+            track.update_mode();
+        };
+        steps(&mut track, 0.5);
         assert_eq!(track.mode(), Mode::Direct);
         let reason = track.mode_reason().to_string();
         assert!(reason.starts_with("8 of its last 8"), "{reason}");
@@ -726,13 +727,7 @@ mod tests {
         assert_eq!(track.mode(), Mode::Direct);
         assert_eq!(track.mode_reason(), reason);
         // Steps that fit again bring it back, with no reason to give.
-        for _ in 0..8 {
-            track.plain.push(Residual {
-                rel: 0.0,
-                calm: true,
-            });
-        }
-        track.update_mode();
+        steps(&mut track, 0.0);
         assert_eq!(track.mode(), Mode::Cached);
         assert_eq!(track.mode_reason(), "");
     }
