@@ -760,7 +760,12 @@ impl EnergyMonitor {
         self.read_cached(start, &mut cached_j);
         self.read_counters(&cached_j, &mut counters_mj)?;
         let safe_mj = self.safe_reads()?;
-        let safe_late = self.gpus.now() - start;
+        // (No clock read where nothing was read directly: most windows.)
+        let safe_late = if safe_mj.is_empty() {
+            0.0
+        } else {
+            self.gpus.now() - start
+        };
         let start_w = self.direct_powers();
         self.sample_edges()?;
         let mut k = self.spare_keys.pop().unwrap_or_default();
@@ -1052,12 +1057,11 @@ impl EnergyMonitor {
         let read = self.read_counters(&w.cached_j, &mut counters);
         self.scratch = counters;
         read?;
-        let safe_now = if w.safe_mj.is_empty() {
-            Vec::new()
+        let (safe_now, safe_late) = if w.safe_mj.is_empty() {
+            (Vec::new(), 0.0)
         } else {
-            self.safe_reads_for(&w.safe_mj)?
+            (self.safe_reads_for(&w.safe_mj)?, self.gpus.now() - end)
         };
-        let safe_late = self.gpus.now() - end;
         let end_w = if w.start_w.is_empty() {
             Vec::new()
         } else {
