@@ -169,7 +169,9 @@ def test_power_monitor_domains_on_a_load_step(h100):
     """Integrated over a window aligned with a 4 s load step, instant power is off by at most
     one update period of the step (its reading changes only then) and the trailing 1 s average
     lags by about half its window (the H100 measured -10.9%); with idle margins on both sides
-    both are within 2%."""
+    the average is within 2%, and instant power's lags at the two steps, each up to an update
+    period, cancel but for up to one period of the step (a CI run was 2.06% off: 0.098 s of
+    it)."""
     with PowerMonitor(update_period=0.05, power_domains=["device_instant", "device_average"]) as pm:
         assert pm.power_domains == ["device_instant", "device_average"]
         time.sleep(1.5)
@@ -187,7 +189,7 @@ def test_power_monitor_domains_on_a_load_step(h100):
     step_w = zeus.device.sim.steady_state(0)[1] - 70.0  # busy minus the H100's idle draw
     assert abs(aligned["device_instant"] - (e1 - e0)) <= 0.1 * step_w + 0.01 * (e1 - e0)
     assert aligned["device_average"] < 0.93 * (e1 - e0)  # the lag
-    assert margins["device_instant"] == pytest.approx(e_b - e_a, rel=0.02)
+    assert abs(margins["device_instant"] - (e_b - e_a)) <= 0.1 * step_w + 0.005 * (e_b - e_a)
     assert margins["device_average"] == pytest.approx(e_b - e_a, rel=0.02)
     assert pm.get_energy(t0, t1) == pm.get_energy(t0, t1, power_domain="device_instant")
     with pytest.raises(ValueError, match="unknown power domain"):
